@@ -1,0 +1,460 @@
+#!/usr/bin/env python3
+"""Start an nsqd, run the bench tools against it, print a summary, stop it.
+
+Like nsqio/nsq's bench.sh / bench.py: bench_writer fills a topic, then bench_reader drains
+it ("sequential"); --mode concurrent runs both at once on another topic (--mode all does
+both); then bench_latency measures end-to-end latency at a fixed rate. The daemon is our
+`nsqd` console script by default, any binary with --nsqd-bin (e.g. the Go nsqd), or an
+already running one with --no-start. Exits non-zero if the daemon or any tool failed,
+or if messages went missing. --smoke runs everything for about a second, for CI.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import secrets
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+BENCH = Path(__file__).resolve().parent
+sys.path.insert(0, str(BENCH))
+
+import nsqbench as nb  # noqa: E402
+
+
+def default_nsqd_bin() -> str | None:
+    here = Path(sys.executable).with_name("nsqd")
+    if here.exists():
+        return str(here)
+    return shutil.which("nsqd")
+
+
+def build_args(argv: list[str] | None = None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(prog="bench/run.py", description=__doc__.splitlines()[0])
+    d = p.add_argument_group("daemon")
+    d.add_argument("--nsqd-bin", default=None, help="nsqd executable (default: the venv's nsqd)")
+    d.add_argument("--no-start", action="store_true", help="use a running nsqd at --nsqd-tcp-address")
+    d.add_argument("--nsqd-tcp-address", default="127.0.0.1:4150", help="with --no-start")
+    d.add_argument("--mem-queue-size", type=int, default=1_000_000, help="nsqd --mem-queue-size")
+    d.add_argument("--data-path", default=None, help="nsqd --data-path (default: a temp dir, removed after)")
+    d.add_argument("--nsqd-arg", action="append", default=[], metavar="ARG",
+                   help="extra argument for nsqd (repeatable), e.g. --nsqd-arg=--max-rdy-count=10000")
+    d.add_argument("--startup-timeout", type=nb.parse_duration, default=20.0)
+    d.add_argument("--stop-timeout", type=nb.parse_duration, default=30.0,
+                   help="wait this long after SIGTERM before SIGKILL")
+    d.add_argument("--keep-data", action="store_true", help="keep the temp dir (data and nsqd.log)")
+    w = p.add_argument_group("load")
+    w.add_argument("--mode", choices=("sequential", "concurrent", "all"), default="sequential")
+    w.add_argument("--runfor", type=nb.parse_duration, default=10.0, help="writer run time (and concurrent reader)")
+    w.add_argument("--reader-runfor", type=nb.parse_duration, default=60.0,
+                   help="sequential reader cap; it normally stops once everything written was read")
+    w.add_argument("--idle-timeout", type=nb.parse_duration, default=5.0,
+                   help="sequential reader stops after this long without messages")
+    w.add_argument("--size", type=int, default=100)
+    w.add_argument("--batch-size", type=int, default=200)
+    w.add_argument("--pipeline", type=int, default=4)
+    w.add_argument("--writer-procs", type=int, default=1)
+    w.add_argument("--reader-procs", type=int, default=1)
+    w.add_argument("--rdy", type=int, default=2500)
+    w.add_argument("--count", type=int, default=0, help="writer message limit (0: none)")
+    lat = p.add_argument_group("latency")
+    lat.add_argument("--no-latency", action="store_true")
+    lat.add_argument("--latency-rate", type=float, default=10000.0)
+    lat.add_argument("--latency-runfor", type=nb.parse_duration, default=None, help="default: --runfor")
+    lat.add_argument("--latency-size", type=int, default=None, help="default: --size")
+    p.add_argument("--smoke", action="store_true",
+                   help="short run of every test (1s, small counts, mode all) for CI")
+    p.add_argument("--json", action="store_true", help="print the summary as one JSON line too")
+    args = p.parse_args(nb.go_flags(argv))
+    if args.smoke:
+        args.mode = "all"
+        args.runfor = 1.0
+        args.reader_runfor = min(args.reader_runfor, 20.0)
+        args.idle_timeout = min(args.idle_timeout, 3.0)
+        args.count = args.count or 20_000
+        args.latency_rate = min(args.latency_rate, 1000.0)
+        args.latency_runfor = 1.0
+    if args.latency_runfor is None:
+        args.latency_runfor = args.runfor
+    if args.latency_size is None:
+        args.latency_size = max(args.size, 8)
+    return args
+
+
+# ------------------------------------------------------------------------- the daemon
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def proc_cpu_seconds(pid: int) -> float | None:
+    """utime + stime of a process from /proc (Linux only)."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    except (OSError, IndexError, ValueError):
+        return None
+
+
+def proc_peak_rss_mb(pid: int) -> float | None:
+    try:
+        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1]) / 1024
+    except (OSError, ValueError):
+        pass
+    return None
+
+
+class Daemon:
+    """An nsqd child process on free loopback ports, logging to a file."""
+
+    def __init__(self, args: argparse.Namespace, workdir: Path):
+        self.args = args
+        self.tcp = f"127.0.0.1:{free_port()}"
+        self.http = f"127.0.0.1:{free_port()}"
+        self.data = Path(args.data_path) if args.data_path else workdir / "data"
+        self.data.mkdir(parents=True, exist_ok=True)
+        self.log_path = workdir / "nsqd.log"
+        self.proc: subprocess.Popen | None = None
+        self.exit_note = ""
+        self.peak_rss: float | None = None
+
+    def start(self) -> None:
+        cmd = [
+            self.args.nsqd_bin,
+            f"--tcp-address={self.tcp}",
+            f"--http-address={self.http}",
+            f"--data-path={self.data}",
+            f"--mem-queue-size={self.args.mem_queue_size}",
+            *self.args.nsqd_arg,
+        ]
+        print("# starting " + " ".join(cmd), flush=True)
+        self.log = open(self.log_path, "wb")
+        self.proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=self.log, stderr=subprocess.STDOUT)
+        deadline = time.monotonic() + self.args.startup_timeout
+        # both listeners up means startup work is over, so it does not count against phase one
+        for addr in (self.tcp, self.http):
+            host, port = nb.parse_addr(addr)
+            while True:
+                if self.proc.poll() is not None:
+                    raise RuntimeError(f"nsqd exited during startup with code {self.proc.returncode}")
+                try:
+                    with socket.create_connection((host, port), timeout=0.5):
+                        break
+                except OSError:
+                    pass
+                if time.monotonic() > deadline:
+                    raise RuntimeError(f"nsqd did not listen on {addr} within {self.args.startup_timeout}s")
+                time.sleep(0.05)
+
+    @property
+    def pid(self) -> int | None:
+        return self.proc.pid if self.proc else None
+
+    def alive(self) -> bool:
+        return self.proc is not None and self.proc.poll() is None
+
+    def stop(self) -> bool:
+        """SIGTERM, then SIGKILL after --stop-timeout. True if it exited 0 by itself."""
+        if self.proc is None:
+            return True
+        ok = True
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            t0 = time.monotonic()
+            try:
+                self.proc.wait(timeout=self.args.stop_timeout)
+                self.exit_note = f"exited {self.proc.returncode} {time.monotonic() - t0:.2f}s after SIGTERM"
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+                self.exit_note = f"did not exit within {self.args.stop_timeout}s of SIGTERM; killed"
+                ok = False
+        else:
+            self.exit_note = f"had already exited with code {self.proc.returncode}"
+            ok = False
+        if self.proc.returncode != 0:
+            ok = False
+        self.log.close()
+        return ok
+
+    def log_tail(self, n: int = 30) -> str:
+        try:
+            lines = self.log_path.read_text(errors="replace").splitlines()
+        except OSError:
+            return ""
+        return "\n".join(lines[-n:])
+
+
+# ------------------------------------------------------------------------- the tools
+
+
+def tool_cmd(tool: str, argv: list[str]) -> list[str]:
+    return [sys.executable, str(BENCH / f"{tool}.py"), *argv, "--json"]
+
+
+def finish_tool(tool: str, proc: subprocess.Popen, timeout: float) -> tuple[int, dict]:
+    try:
+        out, err = proc.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        out, err = proc.communicate()
+        err += f"\n[{tool}] killed by run.py after {timeout:.0f}s\n"
+        proc.returncode = -9
+    sys.stdout.write(err)
+    data: dict = {}
+    for line in out.splitlines():
+        line = line.strip()
+        if line.startswith("{"):
+            try:
+                data = json.loads(line)
+            except ValueError:
+                pass
+    if not data and out.strip():
+        sys.stdout.write(out)
+    sys.stdout.flush()
+    return proc.returncode, data
+
+
+def start_tool(tool: str, argv: list[str]) -> subprocess.Popen:
+    return subprocess.Popen(tool_cmd(tool, argv), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+
+class Runner:
+    def __init__(self, args: argparse.Namespace, tcp: str, daemon: Daemon | None):
+        self.args = args
+        self.tcp = tcp
+        self.daemon = daemon
+        self.rows: list[dict] = []
+        self.failures: list[str] = []
+        self.warnings: list[str] = []
+        self.suffix = "" if daemon else "_" + secrets.token_hex(3)
+
+    def cpu(self) -> float | None:
+        return proc_cpu_seconds(self.daemon.pid) if self.daemon and self.daemon.pid else None
+
+    def writer_argv(self, topic: str) -> list[str]:
+        a = self.args
+        argv = [f"--nsqd-tcp-address={self.tcp}", f"--topic={topic}", f"--runfor={a.runfor}",
+                f"--size={a.size}", f"--batch-size={a.batch_size}", f"--procs={a.writer_procs}",
+                f"--pipeline={a.pipeline}"]
+        if a.count:
+            argv.append(f"--count={a.count}")
+        return argv
+
+    def reader_argv(self, topic: str, runfor: float, count: int = 0, idle: float = 0.0) -> list[str]:
+        a = self.args
+        argv = [f"--nsqd-tcp-address={self.tcp}", f"--topic={topic}", "--channel=ch",
+                f"--runfor={runfor}", f"--size={a.size}", f"--rdy={a.rdy}", f"--procs={a.reader_procs}"]
+        if count:
+            argv.append(f"--count={count}")
+        if idle:
+            argv.append(f"--idle-timeout={idle}")
+        return argv
+
+    def row(self, phase: str, test: str, rc: int, data: dict, cpu0: float | None,
+            busy_s: float | None = None, **extra) -> dict:
+        """Record one result. nsqd cpu = daemon CPU seconds used while the tool ran, divided
+        by the tool's measured duration (busy_s overrides it), so 100% is one full core."""
+        cpu1 = self.cpu()
+        busy = busy_s if busy_s is not None else data.get("duration_s") or 0.0
+        if not data.get("msgs") or busy < 0.5:
+            busy = 0.0  # nothing happened, or too short to tell: the figure would be noise
+        r = {"phase": phase, "test": test, "rc": rc, "msgs": data.get("msgs", 0),
+             "ops_per_s": data.get("ops_per_s", 0.0), "mb_per_s": data.get("mb_per_s", 0.0),
+             "duration_s": data.get("duration_s", 0.0),
+             "nsqd_cpu": (cpu1 - cpu0) / busy if cpu0 is not None and cpu1 is not None and busy > 0 else None}
+        r.update(extra)
+        self.rows.append(r)
+        if rc != 0:
+            errs = data.get("errors") or [f"exit code {rc}"]
+            self.failures.append(f"{phase} {test}: " + "; ".join(map(str, errs)))
+        return r
+
+    def check_daemon(self, phase: str) -> None:
+        if self.daemon and not self.daemon.alive():
+            self.failures.append(f"nsqd died during {phase} (exit code {self.daemon.proc.returncode})")
+            raise RuntimeError("nsqd died")
+
+    def sequential(self) -> None:
+        a = self.args
+        topic = "sub_bench" + self.suffix
+        print(f"# sequential: write {topic} for {a.runfor}s, then read it back", flush=True)
+        cpu0 = self.cpu()
+        sys.stdout.write("PUB: ")
+        sys.stdout.flush()
+        rc, w = finish_tool("bench_writer", start_tool("bench_writer", self.writer_argv(topic)), a.runfor + 180)
+        self.row("sequential", "PUB", rc, w, cpu0)
+        self.check_daemon("sequential PUB")
+        written = w.get("msgs", 0)
+        if rc == 0 and not written:
+            self.failures.append("sequential PUB: no messages published")
+        if not written:
+            return
+        cpu0 = self.cpu()
+        sys.stdout.write("SUB: ")
+        sys.stdout.flush()
+        argv = self.reader_argv(topic, a.reader_runfor, count=written, idle=a.idle_timeout)
+        rc, r = finish_tool("bench_reader", start_tool("bench_reader", argv), a.reader_runfor + 120)
+        got = r.get("msgs", 0)
+        reasons = r.get("stop_reasons", [])
+        self.row("sequential", "SUB", rc, r, cpu0, expected=written, stop=",".join(reasons))
+        self.check_daemon("sequential SUB")
+        if rc == 0 and got < written:
+            msg = f"sequential SUB: read {got} of {written} messages (stopped by {','.join(reasons)})"
+            if "idle" in reasons:
+                self.failures.append(msg + f": nothing arrived for {a.idle_timeout}s")
+            else:
+                self.warnings.append(msg + "; raise --reader-runfor to drain everything")
+        elif got > written:
+            self.failures.append(f"sequential SUB: read {got} messages but only {written} were published")
+
+    def concurrent(self) -> None:
+        a = self.args
+        topic = "sub_bench_concurrent" + self.suffix
+        print(f"# concurrent: write and read {topic} at the same time for {a.runfor}s", flush=True)
+        cpu0 = self.cpu()
+        reader = start_tool("bench_reader", self.reader_argv(topic, a.runfor))
+        writer = start_tool("bench_writer", self.writer_argv(topic))
+        sys.stdout.write("PUB: ")
+        rc_w, w = finish_tool("bench_writer", writer, a.runfor + 180)
+        sys.stdout.write("SUB: ")
+        rc_r, r = finish_tool("bench_reader", reader, a.runfor + 180)
+        busy = max(w.get("duration_s", 0.0), r.get("duration_s", 0.0)) or None
+        self.row("concurrent", "PUB", rc_w, w, cpu0, busy_s=busy)
+        self.row("concurrent", "SUB", rc_r, r, None)
+        self.check_daemon("concurrent")
+        if rc_w == 0 and not w.get("msgs"):
+            self.failures.append("concurrent PUB: no messages published")
+        if rc_r == 0 and not r.get("msgs"):
+            self.failures.append("concurrent SUB: no messages received")
+
+    def latency(self) -> None:
+        a = self.args
+        topic = "latency_bench" + self.suffix
+        print(f"# latency: {a.latency_rate:g} msgs/s of {a.latency_size}B for {a.latency_runfor}s on {topic}",
+              flush=True)
+        argv = [f"--nsqd-tcp-address={self.tcp}", f"--topic={topic}", f"--rate={a.latency_rate}",
+                f"--runfor={a.latency_runfor}", f"--size={a.latency_size}"]
+        cpu0 = self.cpu()
+        rc, d = finish_tool("bench_latency", start_tool("bench_latency", argv), a.latency_runfor + 120)
+        r = self.row("latency", "LAT", rc, {"msgs": d.get("count", 0), "errors": d.get("errors")}, cpu0,
+                     busy_s=(d.get("publisher") or {}).get("publish_s"))
+        for k in ("p50_ms", "p90_ms", "p99_ms", "p999_ms", "max_ms", "published", "received"):
+            r[k] = d.get(k)
+        r["rate"] = a.latency_rate
+        self.check_daemon("latency")
+
+
+def fmt(v, spec: str, none: str = "-") -> str:
+    return none if v is None else format(v, spec)
+
+
+def print_summary(args: argparse.Namespace, runner: Runner, target: str, daemon: Daemon | None) -> None:
+    print()
+    print(f"== nsqpy bench summary: {target}")
+    print(f"   size={args.size}B batch={args.batch_size} writer-procs={args.writer_procs} "
+          f"reader-procs={args.reader_procs} pipeline={args.pipeline} rdy={args.rdy}"
+          f"{f' mem-queue-size={args.mem_queue_size}' if daemon else ''}{' (smoke)' if args.smoke else ''}")
+    print(f"{'phase':<11} {'test':<4} {'msgs':>10} {'msgs/s':>12} {'MB/s':>9} {'secs':>7} {'nsqd cpu':>9}  notes")
+    for r in runner.rows:
+        if r["test"] == "LAT":
+            continue
+        note = ""
+        if r.get("expected") is not None:
+            note = f"of {r['expected']} written; stop={r.get('stop', '')}"
+        if r["rc"]:
+            note = f"FAILED (rc={r['rc']}) " + note
+        cpu = "-" if r["nsqd_cpu"] is None else f"{r['nsqd_cpu'] * 100:.0f}%"
+        print(f"{r['phase']:<11} {r['test']:<4} {r['msgs']:>10} {r['ops_per_s']:>12.1f} {r['mb_per_s']:>9.3f} "
+              f"{r['duration_s']:>7.2f} {cpu:>9}  {note}")
+    for r in runner.rows:
+        if r["test"] != "LAT":
+            continue
+        print(f"latency     {r.get('rate') or 0:g} msgs/s: n={r['msgs']} p50={fmt(r.get('p50_ms'), '.3f')}ms "
+              f"p90={fmt(r.get('p90_ms'), '.3f')}ms p99={fmt(r.get('p99_ms'), '.3f')}ms "
+              f"p99.9={fmt(r.get('p999_ms'), '.3f')}ms max={fmt(r.get('max_ms'), '.3f')}ms"
+              f"{'' if r['nsqd_cpu'] is None else '  nsqd cpu %.0f%%' % (r['nsqd_cpu'] * 100)}"
+              f"{'  FAILED (rc=%d)' % r['rc'] if r['rc'] else ''}")
+    if daemon and daemon.pid:
+        print(f"nsqd: pid {daemon.pid}, peak RSS {fmt(daemon.peak_rss, '.0f')} MB, "
+              f"{daemon.exit_note}")
+    for w in runner.warnings:
+        print(f"WARNING: {w}")
+    for f in runner.failures:
+        print(f"FAILED: {f}")
+    print("RESULT: " + ("FAIL" if runner.failures else "OK"), flush=True)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_args(argv)
+    workdir = Path(tempfile.mkdtemp(prefix="nsqbench-"))
+    daemon: Daemon | None = None
+    if args.no_start:
+        tcp = args.nsqd_tcp_address
+        target = f"running nsqd at {tcp}"
+    else:
+        args.nsqd_bin = args.nsqd_bin or default_nsqd_bin()
+        if not args.nsqd_bin:
+            print("FAILED: no nsqd found (use --nsqd-bin PATH or --no-start)", file=sys.stderr)
+            return 2
+        daemon = Daemon(args, workdir)
+        tcp = daemon.tcp
+        target = args.nsqd_bin
+    runner = Runner(args, tcp, daemon)
+    try:
+        if daemon:
+            try:
+                daemon.start()
+            except Exception as exc:
+                runner.failures.append(f"nsqd: {exc}")
+                print(daemon.log_tail(), file=sys.stderr)
+                raise
+            print(f"# nsqd pid {daemon.pid} tcp {daemon.tcp} http {daemon.http} data {daemon.data}", flush=True)
+        try:
+            if args.mode in ("sequential", "all"):
+                runner.sequential()
+            if args.mode in ("concurrent", "all"):
+                runner.concurrent()
+            if not args.no_latency:
+                runner.latency()
+        except RuntimeError:
+            pass
+    except Exception as exc:  # already recorded, or unexpected: record and go on to cleanup
+        if not runner.failures:
+            runner.failures.append(f"run.py: {type(exc).__name__}: {exc}")
+    finally:
+        if daemon and daemon.proc:
+            daemon.peak_rss = proc_peak_rss_mb(daemon.pid)
+            if not daemon.stop():
+                runner.failures.append(f"nsqd shutdown: {daemon.exit_note}")
+            if runner.failures:
+                tail = daemon.log_tail()
+                if tail:
+                    print("# nsqd log tail:\n" + tail)
+        print_summary(args, runner, target, daemon)
+        if args.json:
+            print(json.dumps({"target": target, "rows": runner.rows, "failures": runner.failures,
+                              "warnings": runner.warnings,
+                              "nsqd_exit": daemon.exit_note if daemon else None}))
+        if args.keep_data:
+            print(f"# kept {workdir}")
+        else:
+            shutil.rmtree(workdir, ignore_errors=True)
+    return 1 if runner.failures else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,198 @@
+"""Client commands of protocol V2: an incremental server-side parser and client-side encoders.
+
+Commands are text lines (``\\n``, optional ``\\r``) with parameters split on single spaces;
+``IDENTIFY``, ``AUTH``, ``PUB``, ``MPUB`` and ``DPUB`` are followed by a body
+``[int32 BE size][bytes]``. The parser is sans-I/O: feed it bytes, take commands.
+"""
+
+from __future__ import annotations
+
+import json
+import struct
+from collections.abc import Callable, Iterable, Mapping
+from typing import Any
+
+from .errors import ProtocolError
+
+#: Commands followed by a ``[size][body]``.
+BODY_COMMANDS = frozenset({b"IDENTIFY", b"AUTH", b"PUB", b"MPUB", b"DPUB"})
+
+#: Longest command line accepted (the Go daemon's read buffer is 16 KiB).
+MAX_LINE_LENGTH = 16 * 1024
+
+#: ``validate(name, params, size)``: called once when a body command's line is parsed
+#: (``size`` is ``None``) and again when its size prefix has arrived; raises
+#: :class:`ProtocolError` to reject the command before its body is buffered.
+Validator = Callable[[bytes, list[bytes], "int | None"], None]
+
+Command = tuple[bytes, list[bytes], "bytes | None"]
+
+_INT32 = struct.Struct(">i")
+
+
+class LineTooLong(ProtocolError):
+    """A command line longer than :data:`MAX_LINE_LENGTH` (the connection is dropped)."""
+
+    def __init__(self) -> None:
+        super().__init__("E_INVALID", "command line too long")
+
+
+class CommandParser:
+    """Incremental parser: ``feed(data)`` then call ``next(validate)`` until it returns None."""
+
+    __slots__ = ("_buf", "_pos", "_pending_name", "_pending_params", "_pending_size")
+
+    def __init__(self) -> None:
+        self._buf = bytearray()
+        self._pos = 0
+        self._pending_name: bytes | None = None
+        self._pending_params: list[bytes] = []
+        self._pending_size = -1
+
+    def feed(self, data: bytes) -> None:
+        if self._pos:
+            del self._buf[: self._pos]
+            self._pos = 0
+        self._buf += data
+
+    @property
+    def buffered(self) -> int:
+        """Bytes received but not yet consumed."""
+        return len(self._buf) - self._pos
+
+    def next(self, validate: Validator | None = None) -> Command | None:
+        """The next complete command, or None if more bytes are needed.
+
+        Raises :class:`ProtocolError` (from ``validate``) or :class:`LineTooLong`; after an
+        error the parser should be discarded along with the connection.
+        """
+        buf = self._buf
+        pos = self._pos
+        name = self._pending_name
+        if name is None:
+            nl = buf.find(b"\n", pos)
+            if nl < 0:
+                if len(buf) - pos > MAX_LINE_LENGTH:
+                    raise LineTooLong()
+                return None
+            end = nl - 1 if nl > pos and buf[nl - 1] == 13 else nl
+            params = bytes(buf[pos:end]).split(b" ")
+            self._pos = pos = nl + 1
+            name = params[0]
+            if name not in BODY_COMMANDS:
+                return name, params, None
+            if validate is not None:
+                validate(name, params, None)
+            self._pending_name = name
+            self._pending_params = params
+            self._pending_size = -1
+        size = self._pending_size
+        if size < 0:
+            if len(buf) - pos < 4:
+                return None
+            size = _INT32.unpack_from(buf, pos)[0]
+            self._pos = pos = pos + 4
+            if validate is not None:
+                validate(name, self._pending_params, size)
+            if size < 0:
+                raise ProtocolError("E_BAD_BODY", f"invalid body size {size}")
+            self._pending_size = size
+        if len(buf) - pos < size:
+            return None
+        body = bytes(buf[pos : pos + size])
+        self._pos = pos + size
+        params = self._pending_params
+        self._pending_name = None
+        self._pending_params = []
+        self._pending_size = -1
+        return name, params, body
+
+
+def decode_mpub(body: bytes, max_msg_size: int, max_body_size: int) -> list[bytes]:
+    """Split an MPUB body ``[int32 num]([int32 size][bytes])*`` with NSQ's checks and errors."""
+    blen = len(body)
+    if blen < 4:
+        raise ProtocolError("E_BAD_BODY", "MPUB failed to read message count")
+    num = _INT32.unpack_from(body, 0)[0]
+    max_messages = (max_body_size - 4) // 5
+    if num <= 0 or num > max_messages:
+        raise ProtocolError("E_BAD_BODY", f"MPUB invalid message count {num}")
+    out: list[bytes] = []
+    append = out.append
+    pos = 4
+    unpack = _INT32.unpack_from
+    for i in range(num):
+        if pos + 4 > blen:
+            raise ProtocolError("E_BAD_MESSAGE", f"MPUB failed to read message({i}) body size")
+        size = unpack(body, pos)[0]
+        pos += 4
+        if size <= 0:
+            raise ProtocolError("E_BAD_MESSAGE", f"MPUB invalid message({i}) body size {size}")
+        if size > max_msg_size:
+            raise ProtocolError("E_BAD_MESSAGE", f"MPUB message too big {size} > {max_msg_size}")
+        end = pos + size
+        if end > blen:
+            raise ProtocolError("E_BAD_MESSAGE", "MPUB failed to read message body")
+        append(body[pos:end])
+        pos = end
+    return out
+
+
+# --- client-side encoders -------------------------------------------------------------
+
+
+def _with_body(line: bytes, body: bytes) -> bytes:
+    return line + _INT32.pack(len(body)) + body
+
+
+def identify(data: Mapping[str, Any]) -> bytes:
+    return _with_body(b"IDENTIFY\n", json.dumps(dict(data)).encode())
+
+
+def auth(secret: bytes | str) -> bytes:
+    return _with_body(b"AUTH\n", secret.encode() if isinstance(secret, str) else secret)
+
+
+def sub(topic: str, channel: str) -> bytes:
+    return f"SUB {topic} {channel}\n".encode()
+
+
+def pub(topic: str, body: bytes) -> bytes:
+    return _with_body(f"PUB {topic}\n".encode(), body)
+
+
+def dpub(topic: str, defer_ms: int, body: bytes) -> bytes:
+    return _with_body(f"DPUB {topic} {int(defer_ms)}\n".encode(), body)
+
+
+def encode_mpub_body(bodies: Iterable[bytes]) -> bytes:
+    items = list(bodies)
+    parts = [_INT32.pack(len(items))]
+    for b in items:
+        parts.append(_INT32.pack(len(b)))
+        parts.append(b)
+    return b"".join(parts)
+
+
+def mpub(topic: str, bodies: Iterable[bytes]) -> bytes:
+    return _with_body(f"MPUB {topic}\n".encode(), encode_mpub_body(bodies))
+
+
+def rdy(count: int) -> bytes:
+    return b"RDY %d\n" % count
+
+
+def fin(msg_id: bytes) -> bytes:
+    return b"FIN " + msg_id + b"\n"
+
+
+def req(msg_id: bytes, delay_ms: int) -> bytes:
+    return b"REQ " + msg_id + b" %d\n" % delay_ms
+
+
+def touch(msg_id: bytes) -> bytes:
+    return b"TOUCH " + msg_id + b"\n"
+
+
+NOP = b"NOP\n"
+CLS = b"CLS\n"

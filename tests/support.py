@@ -1,0 +1,125 @@
+"""Shared test helpers: a raw protocol-V2 client over asyncio streams, and polling."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+from nsqpy.protocol import commands
+from nsqpy.protocol.frames import FRAME_TYPE_ERROR, FRAME_TYPE_MESSAGE, FrameReader, decode_message
+
+
+class RawClient:
+    """A bare TCP V2 client for tests: send bytes, read frames, answer heartbeats if asked."""
+
+    def __init__(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        self.reader = reader
+        self.writer = writer
+        self.frames = FrameReader()
+        self.pending: list[tuple[int, bytes]] = []
+
+    @classmethod
+    async def connect(cls, port: int, host: str = "127.0.0.1", magic: bool = True) -> RawClient:
+        r, w = await asyncio.open_connection(host, port)
+        c = cls(r, w)
+        if magic:
+            w.write(b"  V2")
+        return c
+
+    def send(self, data: bytes) -> None:
+        self.writer.write(data)
+
+    async def identify(self, **fields: Any) -> Any:
+        self.send(commands.identify(fields))
+        ftype, data = await self.read_frame()
+        assert ftype == 0, data
+        return json.loads(data) if fields.get("feature_negotiation") else data
+
+    async def sub(self, topic: str, channel: str, rdy: int | None = None) -> None:
+        self.send(commands.sub(topic, channel))
+        assert await self.read_frame() == (0, b"OK")
+        if rdy is not None:
+            self.send(commands.rdy(rdy))
+
+    async def pub(self, topic: str, body: bytes) -> tuple[int, bytes]:
+        self.send(commands.pub(topic, body))
+        return await self.read_frame()
+
+    async def read_frame(self, timeout: float = 5.0, skip_heartbeats: bool = True) -> tuple[int, bytes]:
+        deadline = time.monotonic() + timeout
+        while True:
+            while self.pending:
+                f = self.pending.pop(0)
+                if skip_heartbeats and f == (0, b"_heartbeat_"):
+                    self.send(commands.NOP)
+                    continue
+                return f
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise TimeoutError("no frame")
+            data = await asyncio.wait_for(self.reader.read(65536), left)
+            if not data:
+                raise ConnectionError("connection closed")
+            self.pending += self.frames.feed(data)
+
+    async def read_message(self, timeout: float = 5.0):
+        ftype, data = await self.read_frame(timeout)
+        assert ftype == FRAME_TYPE_MESSAGE, (ftype, data)
+        return decode_message(data)
+
+    async def read_messages(self, n: int, timeout: float = 10.0) -> list:
+        out = []
+        deadline = time.monotonic() + timeout
+        while len(out) < n:
+            out.append(await self.read_message(max(deadline - time.monotonic(), 0.01)))
+        return out
+
+    async def read_error(self, timeout: float = 5.0) -> str:
+        ftype, data = await self.read_frame(timeout)
+        assert ftype == FRAME_TYPE_ERROR, (ftype, data)
+        return data.decode()
+
+    async def expect_closed(self, timeout: float = 5.0) -> None:
+        deadline = time.monotonic() + timeout
+        while True:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise AssertionError("connection still open")
+            try:
+                data = await asyncio.wait_for(self.reader.read(65536), left)
+            except ConnectionError:
+                return
+            if not data:
+                return
+
+    async def expect_silence(self, seconds: float) -> None:
+        """Assert no frame (other than heartbeats) arrives for ``seconds``."""
+        try:
+            f = await self.read_frame(timeout=seconds)
+        except TimeoutError:
+            return
+        raise AssertionError(f"unexpected frame {f!r}")
+
+    async def close(self) -> None:
+        self.writer.close()
+        try:
+            await self.writer.wait_closed()
+        except (ConnectionError, OSError):
+            pass
+
+
+async def wait_for(cond: Callable[[], Any | Awaitable[Any]], timeout: float = 5.0, interval: float = 0.01) -> Any:
+    """Poll ``cond`` until truthy; fail after ``timeout`` seconds."""
+    deadline = time.monotonic() + timeout
+    while True:
+        v = cond()
+        if asyncio.iscoroutine(v):
+            v = await v
+        if v:
+            return v
+        if time.monotonic() > deadline:
+            raise AssertionError(f"condition not met within {timeout}s")
+        await asyncio.sleep(interval)
