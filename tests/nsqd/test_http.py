@@ -212,6 +212,34 @@ async def test_pub_size_limits(tmp_path, session):
         assert d.topics["t"].message_count == 2
 
 
+async def raw_http(port: int, request: bytes, body: bytes | None = None) -> list[bytes]:
+    """Send a request head; if ``body`` is given, send it after reading the first response
+    line. Returns every status line seen (interim ``100 Continue`` included)."""
+    r, w = await asyncio.open_connection("127.0.0.1", port)
+    w.write(request)
+    lines = [await asyncio.wait_for(r.readline(), 5)]
+    if body is not None:
+        assert lines[0].startswith(b"HTTP/1.1 100")
+        await r.readline()  # blank line after the interim response
+        w.write(body)
+        lines.append(await asyncio.wait_for(r.readline(), 5))
+    w.close()
+    return lines
+
+
+async def test_expect_100_continue_is_sent_only_when_the_body_is_read(tmp_path):
+    async with NSQD(make_options(tmp_path, max_msg_size=10)) as d:
+        head = (
+            b"POST /pub?topic=t HTTP/1.1\r\nHost: x\r\nExpect: 100-continue\r\n"
+            b"Content-Length: %d\r\n\r\n"
+        )
+        # too big by Content-Length: 413 at once, the client never uploads the body
+        assert (await raw_http(d.http_port, head % 11))[0].startswith(b"HTTP/1.1 413")
+        lines = await raw_http(d.http_port, head % 5, b"hello")
+        assert lines[1].startswith(b"HTTP/1.1 200")
+        assert d.topics["t"].message_count == 1
+
+
 async def test_pub_defer_holds_the_message_in_deferred(nsqd, http):
     c = await consumer(nsqd, "d", "c")
     assert (await http.post("/pub?topic=d&defer=300", b"later"))[0] == 200
@@ -566,7 +594,8 @@ async def test_unknown_path_is_404_not_found(http):
 
 
 @pytest.mark.parametrize(
-    "path", ["/put", "/mput", "/create_topic", "/delete_channel", "/empty_topic", "/debug/pprof/block"]
+    "path",
+    ["/put", "/mput", "/create_topic", "/delete_channel", "/empty_topic", "/debug/pprof/block"],
 )
 async def test_removed_pre_1_0_and_unsupported_debug_paths_are_404(http, path):
     assert (await http.get(path))[::2] == err(404, "NOT_FOUND")
@@ -664,14 +693,15 @@ async def test_debug_pprof_equivalents(http):
 
 
 async def test_debug_profile_runs_cprofile_once_at_a_time(http):
-    first = asyncio.ensure_future(http.get("/debug/pprof/profile?seconds=0.5"))
-    await asyncio.sleep(0)  # let the first request start
-    # poll until the first profile is running, then a second one is refused
-    async def refused():
-        status, _, body = await http.get("/debug/pprof/profile?seconds=0.01")
-        return status == 500 and b"already in use" in body
+    first = asyncio.ensure_future(http.get("/debug/pprof/profile?seconds=1"))
 
-    await wait_for(refused, timeout=5)
+    async def profiling():  # the goroutine dump shows every task's await chain
+        _, _, body = await http.get("/debug/pprof/goroutine")
+        return b"in pprof_profile" in body
+
+    await wait_for(profiling, timeout=5)
+    status, _, body = await http.get("/debug/pprof/profile?seconds=0.01")
+    assert status == 500 and b"cpu profiling already in use" in body
     status, headers, body = await first
     assert status == 200 and b"function calls" in body
     assert headers["Content-Type"].startswith("text/plain")
@@ -680,6 +710,7 @@ async def test_debug_profile_runs_cprofile_once_at_a_time(http):
 async def test_debug_setblockrate_and_freememory(http):
     assert (await http.put("/debug/setblockrate?rate=1"))[::2] == (200, b"")
     status, headers, body = await http.put("/debug/setblockrate?rate=x")
-    assert (status, body) == (400, b'invalid block rate : strconv.Atoi: parsing "x": invalid syntax')
+    assert status == 400
+    assert body == b'invalid block rate : strconv.Atoi: parsing "x": invalid syntax'
     assert headers["Content-Type"].startswith("text/plain")
     assert (await http.post("/debug/freememory"))[::2] == (200, b"")

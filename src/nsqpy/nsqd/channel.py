@@ -232,9 +232,11 @@ class Channel:
 
     def pause(self) -> None:
         self.paused = True
+        self.nsqd.on_metadata_changed()
 
     def unpause(self) -> None:
         self.paused = False
+        self.nsqd.on_metadata_changed()
         self.schedule_pump()
 
     def empty(self) -> None:

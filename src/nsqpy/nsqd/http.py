@@ -25,6 +25,7 @@ from __future__ import annotations
 import asyncio
 import cProfile
 import gc
+import html
 import io
 import logging
 import pstats
@@ -183,8 +184,32 @@ def _topic_channel_args(values: dict[str, list[str]]) -> tuple[str, str]:
     return topic, channel
 
 
+async def _expect(request: web.Request) -> None:
+    """Accept ``Expect: 100-continue`` but send the ``100 Continue`` only when the handler
+    reads the body (as Go's server does), so an early 413 saves the upload."""
+    expect = request.headers.get("Expect", "")
+    if request.version >= (1, 1) and expect.lower() != "100-continue":
+        raise web.HTTPExpectationFailed(text=f"Unknown Expect: {expect}")
+
+
+_CONTINUED = web.RequestKey("nsq.continued", bool)
+
+
+async def _continue(request: web.Request) -> None:
+    """Send the deferred ``100 Continue`` (once) before reading a body."""
+    if (
+        request.version >= (1, 1)
+        and _CONTINUED not in request
+        and request.headers.get("Expect", "").lower() == "100-continue"
+    ):
+        request[_CONTINUED] = True
+        await request.writer.write(b"HTTP/1.1 100 Continue\r\n\r\n")
+        request.writer.output_size = 0
+
+
 async def _read_max(request: web.Request, limit: int) -> bytes:
     """Read the body, stopping after ``limit`` bytes (Go's ``io.LimitReader``)."""
+    await _continue(request)
     content = request.content
     chunks: list[bytes] = []
     n = 0
@@ -385,7 +410,9 @@ class HTTPServer:
             headers["Content-Type"] = "text/html; charset=utf-8"
             text = "Moved Permanently" if code == 301 else "Temporary Redirect"
             return web.Response(
-                status=code, body=f'<a href="{location}">{text}</a>.\n\n'.encode(), headers=headers
+                status=code,
+                body=f'<a href="{html.escape(location)}">{text}</a>.\n\n'.encode(),
+                headers=headers,
             )
         return web.Response(status=code, headers=headers)
 
@@ -619,8 +646,6 @@ class HTTPServer:
             channel.unpause()
         else:
             channel.pause()
-        # as Go: persist now so a crash does not silently (un)pause the channel
-        self.nsqd.on_metadata_changed()
         return None
 
     # --- stats and config ----------------------------------------------------------------------
@@ -692,7 +717,8 @@ class HTTPServer:
         tasks = asyncio.all_tasks()
         out.write(f"asyncio tasks: {len(tasks)}\n\n")
         for task in tasks:
-            task.print_stack(file=out)
+            out.write(f"{task!r}:\n")
+            out.writelines(traceback.format_list(_await_stack(task.get_coro())))
             out.write("\n")
         return respond_plain(out.getvalue())
 
@@ -748,6 +774,7 @@ class HTTPServer:
         values, _ = parse_query(request.rel_url.raw_query_string)
         raw = _get(values, "rate")
         if raw is None and request.content_type == "application/x-www-form-urlencoded":
+            await _continue(request)
             form = await request.post()
             v = form.get("rate")
             raw = v if isinstance(v, str) else None
@@ -762,6 +789,17 @@ class HTTPServer:
         gc.collect()
         _malloc_trim()
         return ""
+
+
+def _await_stack(coro: Any) -> traceback.StackSummary:
+    """The frames of a coroutine and everything it awaits (outermost first)."""
+    frames = []
+    while coro is not None:
+        frame = getattr(coro, "cr_frame", None) or getattr(coro, "gi_frame", None)
+        if frame is not None:
+            frames.append((frame, frame.f_lineno))
+        coro = getattr(coro, "cr_await", None) or getattr(coro, "gi_yieldfrom", None)
+    return traceback.StackSummary.extract(iter(frames))
 
 
 def _malloc_trim() -> None:
@@ -781,7 +819,7 @@ async def start_http(nsqd: NSQD, sock: socket.socket) -> web.AppRunner:
     server = HTTPServer(nsqd)
     install_gc_tracker()
     app = web.Application()
-    app.router.add_route("*", "/{tail:.*}", server.dispatch)
+    app.router.add_route("*", "/{tail:.*}", server.dispatch, expect_handler=_expect)
     runner = web.AppRunner(app, access_log=None, shutdown_timeout=2.0)
     await runner.setup()
     await web.SockSite(runner, sock).start()

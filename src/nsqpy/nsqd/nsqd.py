@@ -65,7 +65,8 @@ class NSQD:
         self.topics: dict[str, Topic] = {}
         self.clients: dict[int, ClientV2] = {}
         self.guid = GUIDFactory(opts.node_id)
-        self.start_time = int(time.time())
+        self.start_time_ns = time.time_ns()
+        self.start_time = self.start_time_ns // 1_000_000_000
         self.exiting = False
         self._client_ids = itertools.count(1)
         self._loop: asyncio.AbstractEventLoop | None = None

@@ -339,7 +339,7 @@ def stats_text(
     w: list[str] = []
     w.append(f"{version_string('nsqd')}\n")
     w.append(f"start_time {rfc3339(nsqd.start_time)}\n")
-    w.append(f"uptime {go_duration(max(time.time_ns() - nsqd.start_time * 1_000_000_000, 0))}\n")
+    w.append(f"uptime {go_duration(max(time.time_ns() - nsqd.start_time_ns, 0))}\n")
     w.append(f"\nHealth: {nsqd.health()}\n")
     if include_mem:
         w.append("\nMemory:\n")

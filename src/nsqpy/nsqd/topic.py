@@ -59,6 +59,8 @@ class Topic:
         if self.exiting:
             raise TopicExitingError()
         n = len(bodies)
+        if not n:
+            return
         self._check_room(n)
         nsqd = self.nsqd
         ids = nsqd.guid.new_ids(n)
