@@ -52,7 +52,9 @@ def build_args(argv: list[str] | None = None) -> argparse.Namespace:
                    help="wait this long after SIGTERM before SIGKILL")
     d.add_argument("--keep-data", action="store_true", help="keep the temp dir (data and nsqd.log)")
     w = p.add_argument_group("load")
-    w.add_argument("--mode", choices=("sequential", "concurrent", "all"), default="sequential")
+    w.add_argument("--mode", choices=("sequential", "concurrent", "all", "latency"), default="sequential",
+                   help="throughput phases to run: sequential, concurrent, all (both), latency (none, "
+                        "only the latency test)")
     w.add_argument("--runfor", type=nb.parse_duration, default=10.0, help="writer run time (and concurrent reader)")
     w.add_argument("--reader-runfor", type=nb.parse_duration, default=60.0,
                    help="sequential reader cap; it normally stops once everything written was read")
@@ -428,7 +430,7 @@ def main(argv: list[str] | None = None) -> int:
                 runner.sequential()
             if args.mode in ("concurrent", "all"):
                 runner.concurrent()
-            if not args.no_latency:
+            if not args.no_latency or args.mode == "latency":
                 runner.latency()
         except RuntimeError:
             pass

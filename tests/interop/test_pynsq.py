@@ -1,0 +1,165 @@
+"""The official pynsq 0.9.1 client (``nsq.Writer``, ``nsq.Reader``) against our nsqd.
+
+nsqd runs from its console script; pynsq runs in tests/interop/pynsq_driver.py in its own
+process (its own Tornado IOLoop), with a hard timeout.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+
+import pytest
+from interop_helpers import drive, make_bodies
+
+pytestmark = pytest.mark.timeout(60)
+
+
+def deliveries_by_body(result):
+    out = defaultdict(list)
+    for d in result["deliveries"]:
+        out[d["body"]].append(d)
+    return out
+
+
+def assert_clean(result):
+    assert result["status"] == "ok", result["error"] + "\n" + result["_stderr"][-4000:]
+    assert result["errors"] == [], result["errors"]
+    bad = [r for r in result["pub_results"] if not r["ok"]]
+    assert bad == [], bad
+
+
+def test_writer_pub_mpub_dpub_reader_fin_req(nsqd_proc):
+    """1211 messages (PUB, MPUB, DPUB, one of 512 KiB) published by nsq.Writer arrive at
+    nsq.Reader (max_in_flight 50) byte-exact; handler False → REQ → redelivered with
+    attempts 2; DPUB is not delivered before its delay."""
+    pub = make_bodies("pub", 400, 1)
+    pub.append(b"big|" + bytes(range(256)) * 2048)  # 512 KiB + 4
+    mpub = make_bodies("mpub", 800, 2)
+    dpub = [(200 + 50 * i, b) for i, b in enumerate(make_bodies("dpub", 10, 3))]
+    requeue = pub[::20] + mpub[::40]
+    spec = {
+        "nsqd": nsqd_proc.tcp_address,
+        "topic": "pynsq_bulk",
+        "channel": "ch",
+        "max_in_flight": 50,
+        "reader_conn": {"requeue_delay": 0},
+        "pub": [b.hex() for b in pub],
+        "mpub": [[b.hex() for b in mpub[i : i + 100]] for i in range(0, len(mpub), 100)],
+        "dpub": [[d, b.hex()] for d, b in dpub],
+        "requeue_first": [b.hex() for b in requeue],
+        "deadline": 40,
+    }
+    result = drive("pynsq_driver.py", spec, timeout=50)
+    assert_clean(result)
+
+    expected = {b.hex() for b in pub + mpub} | {b.hex() for _, b in dpub}
+    assert len(expected) == 1211
+    assert set(result["finished"]) == expected
+    assert all(n == 1 for n in result["finished"].values()), "a message was FINished twice"
+
+    by_body = deliveries_by_body(result)
+    assert set(by_body) == expected
+    requeued = {b.hex() for b in requeue}
+    for h, ds in by_body.items():
+        attempts = [d["attempts"] for d in ds]
+        if h in requeued:
+            assert attempts == [1, 2], (bytes.fromhex(h)[:20], attempts)
+            assert ds[0]["id"] == ds[1]["id"], "REQ'd message came back with another id"
+        else:
+            assert attempts == [1], (bytes.fromhex(h)[:20], attempts)
+
+    ids = [ds[0]["id"] for ds in by_body.values()]
+    assert len(set(ids)) == len(ids), "message ids are not unique"
+
+    for delay_ms, b in dpub:
+        sent = result["pub_sent_at"][b.hex()]
+        got = by_body[b.hex()][0]["t"]
+        assert got - sent >= delay_ms / 1000 - 0.01, (delay_ms, got - sent)
+
+    (ident,) = result["identify"]["reader"]
+    assert ident["max_rdy_count"] == 2500
+    assert ident["version"] == "1.3.0"
+    assert result["reader_ready"] == 1 and result["writer_ready"] == 1
+
+
+def test_touch_heartbeats_and_msg_timeout(nsqd_proc):
+    """heartbeat_interval=1s and msg_timeout=1s: TOUCHed messages are kept past the
+    timeout (not redelivered); an unanswered one is redelivered (attempts 2) after ~1 s;
+    after >3.5 s connected and heartbeats on both connections, a late MPUB still flows
+    through the same connections."""
+    normal = make_bodies("normal", 50, 4)
+    touched = make_bodies("touch", 3, 5)
+    held = make_bodies("hold", 1, 6)
+    late = make_bodies("late", 200, 7)
+    spec = {
+        "nsqd": nsqd_proc.tcp_address,
+        "topic": "pynsq_touch",
+        "max_in_flight": 10,
+        "reader_conn": {"heartbeat_interval": 1, "msg_timeout": 1, "requeue_delay": 0},
+        "writer_conn": {"heartbeat_interval": 1},
+        "pub": [b.hex() for b in normal + touched + held],
+        "touch": [b.hex() for b in touched],
+        "touch_for": 2.5,
+        "touch_every": 0.3,
+        "hold": [b.hex() for b in held],
+        "late": [b.hex() for b in late],
+        "min_connected": 3.5,
+        "min_heartbeats": 2,
+        "deadline": 40,
+    }
+    result = drive("pynsq_driver.py", spec, timeout=50)
+    assert_clean(result)
+
+    by_body = deliveries_by_body(result)
+    expected = {b.hex() for b in normal + touched + held + late}
+    assert set(result["finished"]) == expected
+    assert all(n == 1 for n in result["finished"].values())
+
+    for b in touched:
+        ds = by_body[b.hex()]
+        assert [d["attempts"] for d in ds] == [1], "a TOUCHed message timed out and was redelivered"
+        assert result["touches"][b.hex()] >= 5
+    (hold_body,) = held
+    ds = by_body[hold_body.hex()]
+    assert [d["attempts"] for d in ds] == [1, 2]
+    assert ds[1]["t"] - ds[0]["t"] >= 0.9, "redelivered before msg_timeout (1 s)"
+    for b in normal + late:
+        assert [d["attempts"] for d in by_body[b.hex()]] == [1]
+
+    (ident,) = result["identify"]["reader"]
+    assert ident["msg_timeout"] == 1000
+    assert result["reader_heartbeats"] >= 2 and result["writer_heartbeats"] >= 2
+    assert result["late_published_at"] - result["reader_connected_at"] >= 3.5
+    assert result["reader_ready"] == 1 and result["writer_ready"] == 1, "a connection was re-established"
+
+
+@pytest.mark.parametrize(
+    "reader_conn,writer_conn",
+    [
+        ({"snappy": True}, {"deflate": True, "deflate_level": 3}),
+        ({"deflate": True, "deflate_level": 9}, {"snappy": True}),
+    ],
+    ids=["reader-snappy-writer-deflate", "reader-deflate-writer-snappy"],
+)
+def test_compression_requested_is_negotiated_off(nsqd_proc, reader_conn, writer_conn):
+    """pynsq asks for snappy/deflate; our nsqd answers false in the IDENTIFY response, pynsq
+    does not upgrade the stream, and plain frames keep working both ways."""
+    bodies = make_bodies("cmp", 300, 8)
+    spec = {
+        "nsqd": nsqd_proc.tcp_address,
+        "topic": "pynsq_compress",
+        "max_in_flight": 20,
+        "reader_conn": reader_conn,
+        "writer_conn": writer_conn,
+        "pub": [b.hex() for b in bodies[:100]],
+        "mpub": [[b.hex() for b in bodies[100:]]],
+        "deadline": 30,
+    }
+    result = drive("pynsq_driver.py", spec, timeout=40)
+    assert_clean(result)
+    assert set(result["finished"]) == {b.hex() for b in bodies}
+    for side in ("reader", "writer"):
+        (ident,) = result["identify"][side]
+        assert ident["snappy"] is False, ident
+        assert ident["deflate"] is False, ident
+        assert ident["tls_v1"] is False, ident
