@@ -31,19 +31,26 @@ TOOL = "bench_reader"
 
 def build_args(argv: list[str] | None = None) -> argparse.Namespace:
     p = argparse.ArgumentParser(prog=TOOL, description=__doc__.splitlines()[0])
-    p.add_argument("--runfor", type=nb.parse_duration, default=10.0, help="duration of time to run (10s)")
-    p.add_argument("--nsqd-tcp-address", default="127.0.0.1:4150", help="<addr>:<port> to connect to nsqd")
-    p.add_argument("--size", type=int, default=100, help="message size used for the mb/s figure (Go style)")
+    p.add_argument("--runfor", type=nb.parse_duration, default=10.0,
+                   help="duration of time to run (10s)")
+    p.add_argument("--nsqd-tcp-address", default="127.0.0.1:4150",
+                   help="<addr>:<port> to connect to nsqd")
+    p.add_argument("--size", type=int, default=100,
+                   help="message size used for the mb/s figure (Go style)")
     p.add_argument("--topic", default="sub_bench", help="topic to receive messages on")
     p.add_argument("--channel", default="ch", help="channel to receive messages on")
     p.add_argument("--rdy", type=int, default=2500, help="RDY count to use")
     p.add_argument("--procs", type=int, default=1, help="consumer processes (one connection each)")
-    p.add_argument("--count", type=int, default=0, help="stop once this many messages arrived in total (0: no limit)")
+    p.add_argument("--count", type=int, default=0,
+                   help="stop once this many messages arrived in total (0: no limit)")
     p.add_argument("--idle-timeout", type=nb.parse_duration, default=0.0,
                    help="stop a connection after this long without messages (0: never)")
-    p.add_argument("--output-buffer-size", type=int, default=65536, help="IDENTIFY output_buffer_size")
-    p.add_argument("--output-buffer-timeout", type=int, default=250, help="IDENTIFY output_buffer_timeout (ms)")
-    p.add_argument("--msg-timeout", type=int, default=0, help="IDENTIFY msg_timeout (ms, 0: server default)")
+    p.add_argument("--output-buffer-size", type=int, default=65536,
+                   help="IDENTIFY output_buffer_size")
+    p.add_argument("--output-buffer-timeout", type=int, default=250,
+                   help="IDENTIFY output_buffer_timeout (ms)")
+    p.add_argument("--msg-timeout", type=int, default=0,
+                   help="IDENTIFY msg_timeout (ms, 0: server default)")
     p.add_argument("--heartbeat-interval", type=int, default=0,
                    help="IDENTIFY heartbeat_interval (ms, 0: server default)")
     p.add_argument("--deadline", default="", help="'YYYY-MM-DD HH:MM:SS' (UTC) to start the run")
@@ -51,7 +58,8 @@ def build_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--parse-bench", action="store_true",
                    help="measure the frame parser on a canned in-memory stream and exit")
     p.add_argument("--parse-msgs", type=int, default=2_000_000, help="messages for --parse-bench")
-    p.add_argument("--parse-chunk", type=int, default=65536, help="bytes per simulated recv for --parse-bench")
+    p.add_argument("--parse-chunk", type=int, default=65536,
+                   help="bytes per simulated recv for --parse-bench")
     args = p.parse_args(nb.go_flags(argv))
     if args.procs < 1 or args.rdy < 1:
         p.error("--procs and --rdy must be >= 1")
@@ -125,7 +133,9 @@ class ReaderCore:
         self.mv = memoryview(bigger)
 
 
-def sub_worker(idx: int, args: argparse.Namespace, ready_q, start_ev, result_q, total, stop_ns) -> None:
+def sub_worker(
+    idx: int, args: argparse.Namespace, ready_q, start_ev, result_q, total, stop_ns
+) -> None:
     """One connection: handshake and SUB, signal ready, wait for the start, RDY, consume."""
     try:
         sock = nb.connect(args.nsqd_tcp_address)
@@ -144,7 +154,7 @@ def sub_worker(idx: int, args: argparse.Namespace, ready_q, start_ev, result_q, 
         rdy = args.rdy
         max_rdy = neg.get("max_rdy_count")
         if isinstance(max_rdy, int) and 0 < max_rdy < rdy:
-            nb.log(TOOL, f"proc {idx}: --rdy {rdy} > server max_rdy_count {max_rdy}; using {max_rdy}")
+            nb.log(TOOL, f"proc {idx}: --rdy {rdy} > max_rdy_count {max_rdy}; using {max_rdy}")
             rdy = max_rdy
         sock.sendall(f"SUB {args.topic} {args.channel}\n".encode())
         ok = reader.expect_ok("SUB")
@@ -162,13 +172,18 @@ def sub_worker(idx: int, args: argparse.Namespace, ready_q, start_ev, result_q, 
                       "reason": reason, "non_fatal": errs, "heartbeats": hbs, "error": None})
     except Exception as exc:
         result_q.put({"idx": idx, "msgs": core.msgs, "body_bytes": core.body_bytes,
-                      "t_end": time.monotonic_ns(), "reason": "error", "non_fatal": 0, "heartbeats": 0,
+                      "t_end": time.monotonic_ns(), "reason": "error", "non_fatal": 0,
+                      "heartbeats": 0,
                       "error": f"{type(exc).__name__}: {exc}"})
     finally:
         sock.close()
 
 
-def _consume(sock: socket.socket, core: ReaderCore, rdy: int, args: argparse.Namespace, total, stop_ns):
+def _consume(
+    sock: socket.socket, core: ReaderCore, rdy: int, args: argparse.Namespace, total, stop_ns
+) -> tuple[str, int, int, int]:
+    """RDY, then read/parse/FIN until a stop condition: (reason, end ns, non-fatal errors,
+    heartbeats). Returns "count" as soon as the shared total reaches --count."""
     monotonic_ns = time.monotonic_ns
     t0 = monotonic_ns()
     deadline = t0 + int(args.runfor * 1e9)
@@ -287,7 +302,8 @@ def run(args: argparse.Namespace) -> int:
     total = ctx.Value("q", 0)
     stop_ns = ctx.Value("q", 0)
     procs = [
-        ctx.Process(target=sub_worker, args=(i, args, ready_q, start_ev, result_q, total, stop_ns), daemon=True)
+        ctx.Process(target=sub_worker, daemon=True,
+                    args=(i, args, ready_q, start_ev, result_q, total, stop_ns))
         for i in range(args.procs)
     ]
     for p in procs:
@@ -333,7 +349,8 @@ def run(args: argparse.Namespace) -> int:
     for e in errors:
         nb.log(TOOL, f"ERROR: {e}")
     if args.count and total_msgs < args.count:
-        nb.log(TOOL, f"received {total_msgs} of --count {args.count} (stopped by: {', '.join(reasons)})")
+        nb.log(TOOL, f"received {total_msgs} of --count {args.count} "
+                     f"(stopped by: {', '.join(reasons)})")
     nb.report(
         TOOL, end - start, total_msgs, args.size, args.json,
         procs=args.procs, rdy=args.rdy, topic=args.topic, channel=args.channel,

@@ -26,14 +26,17 @@ TOOL = "bench_writer"
 
 def build_args(argv: list[str] | None = None) -> argparse.Namespace:
     p = argparse.ArgumentParser(prog=TOOL, description=__doc__.splitlines()[0])
-    p.add_argument("--runfor", type=nb.parse_duration, default=10.0, help="duration of time to run (10s)")
-    p.add_argument("--nsqd-tcp-address", default="127.0.0.1:4150", help="<addr>:<port> to connect to nsqd")
+    p.add_argument("--runfor", type=nb.parse_duration, default=10.0,
+                   help="duration of time to run (10s)")
+    p.add_argument("--nsqd-tcp-address", default="127.0.0.1:4150",
+                   help="<addr>:<port> to connect to nsqd")
     p.add_argument("--topic", default="sub_bench", help="topic to publish to")
     p.add_argument("--size", type=int, default=100, help="size of messages (bytes)")
     p.add_argument("--batch-size", type=int, default=200, help="messages per MPUB")
     p.add_argument("--procs", type=int, default=1, help="publisher processes (one connection each)")
     p.add_argument("--pipeline", type=int, default=4, help="MPUBs outstanding per connection")
-    p.add_argument("--count", type=int, default=0, help="stop after about this many messages in total (0: no limit)")
+    p.add_argument("--count", type=int, default=0,
+                   help="stop after about this many messages in total (0: no limit)")
     p.add_argument("--deadline", default="", help="'YYYY-MM-DD HH:MM:SS' (UTC) to start the run")
     p.add_argument("--no-identify", action="store_true", help="skip IDENTIFY")
     p.add_argument("--json", action="store_true", help="also print one JSON result line on stdout")
@@ -43,7 +46,9 @@ def build_args(argv: list[str] | None = None) -> argparse.Namespace:
     return args
 
 
-def pub_worker(idx: int, args: argparse.Namespace, per_proc_count: int, ready_q, start_ev, result_q) -> None:
+def pub_worker(
+    idx: int, args: argparse.Namespace, per_proc_count: int, ready_q, start_ev, result_q
+) -> None:
     """One connection: handshake, signal ready, wait for the start, then pipeline MPUBs."""
     try:
         sock = nb.connect(args.nsqd_tcp_address)
@@ -59,15 +64,18 @@ def pub_worker(idx: int, args: argparse.Namespace, per_proc_count: int, ready_q,
     progress = [0]  # acknowledged MPUBs, kept up to date so a failure still reports them
     try:
         t_end = _pump(sock, cmd, args, per_proc_count, progress)
-        result_q.put({"idx": idx, "msgs": progress[0] * args.batch_size, "t_end": t_end, "error": None})
+        result_q.put({"idx": idx, "msgs": progress[0] * args.batch_size, "t_end": t_end,
+                      "error": None})
     except Exception as exc:
-        result_q.put({"idx": idx, "msgs": progress[0] * args.batch_size, "t_end": time.monotonic_ns(),
-                      "error": f"{type(exc).__name__}: {exc}"})
+        result_q.put({"idx": idx, "msgs": progress[0] * args.batch_size,
+                      "t_end": time.monotonic_ns(), "error": f"{type(exc).__name__}: {exc}"})
     finally:
         sock.close()
 
 
-def _pump(sock: socket.socket, cmd: bytes, args: argparse.Namespace, limit: int, progress: list[int]) -> int:
+def _pump(
+    sock: socket.socket, cmd: bytes, args: argparse.Namespace, limit: int, progress: list[int]
+) -> int:
     """Keep --pipeline MPUBs in flight until --runfor (or the count) is reached; drain the OKs.
 
     Counts acknowledged MPUBs in progress[0]; returns the monotonic time it finished."""
@@ -132,7 +140,8 @@ def run(args: argparse.Namespace) -> int:
     start_ev = ctx.Event()
     per_proc = -(-args.count // args.procs) if args.count else 0
     procs = [
-        ctx.Process(target=pub_worker, args=(i, args, per_proc, ready_q, start_ev, result_q), daemon=True)
+        ctx.Process(target=pub_worker, daemon=True,
+                    args=(i, args, per_proc, ready_q, start_ev, result_q))
         for i in range(args.procs)
     ]
     for p in procs:
@@ -171,7 +180,8 @@ def run(args: argparse.Namespace) -> int:
     for e in errors:
         nb.log(TOOL, f"ERROR: {e}")
     per_proc_out = [
-        {"idx": r["idx"], "msgs": r["msgs"], "duration_s": (r["t_end"] - start) / 1e9} for r in sorted(results, key=lambda r: r["idx"])
+        {"idx": r["idx"], "msgs": r["msgs"], "duration_s": (r["t_end"] - start) / 1e9}
+        for r in sorted(results, key=lambda r: r["idx"])
     ]
     nb.report(
         TOOL, end - start, total, args.size, args.json,

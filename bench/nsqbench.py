@@ -143,7 +143,9 @@ def log(tool: str, text: str) -> None:
     sys.stderr.flush()
 
 
-def report(tool: str, duration_ns: int, msgs: int, size: int, as_json: bool, **extra: object) -> dict:
+def report(
+    tool: str, duration_ns: int, msgs: int, size: int, as_json: bool, **extra: object
+) -> dict:
     """Print the Go-format line (stderr) and, when asked, one JSON line (stdout)."""
     log(tool, result_line(duration_ns, msgs, size))
     secs = duration_ns / 1e9 if duration_ns > 0 else 0.0
@@ -169,7 +171,8 @@ def report_failure(tool: str, errors: list[str], as_json: bool) -> None:
     for e in errors:
         log(tool, f"ERROR: {e}")
     if as_json:
-        sys.stdout.write(json.dumps({"tool": tool, "msgs": 0, "duration_s": 0.0, "errors": errors}) + "\n")
+        result = {"tool": tool, "msgs": 0, "duration_s": 0.0, "errors": errors}
+        sys.stdout.write(json.dumps(result) + "\n")
         sys.stdout.flush()
 
 
@@ -217,7 +220,8 @@ def pub_cmd(topic: str, body: bytes) -> bytes:
 
 def client_fields(tool: str) -> dict:
     host = socket.gethostname()
-    return {"client_id": f"{tool}-{os.getpid()}", "hostname": host, "user_agent": f"{tool}/{VERSION}"}
+    return {"client_id": f"{tool}-{os.getpid()}", "hostname": host,
+            "user_agent": f"{tool}/{VERSION}"}
 
 
 class FrameReader:

@@ -41,21 +41,26 @@ def build_args(argv: list[str] | None = None) -> argparse.Namespace:
     p = argparse.ArgumentParser(prog="bench/run.py", description=__doc__.splitlines()[0])
     d = p.add_argument_group("daemon")
     d.add_argument("--nsqd-bin", default=None, help="nsqd executable (default: the venv's nsqd)")
-    d.add_argument("--no-start", action="store_true", help="use a running nsqd at --nsqd-tcp-address")
+    d.add_argument("--no-start", action="store_true",
+                   help="use a running nsqd at --nsqd-tcp-address")
     d.add_argument("--nsqd-tcp-address", default="127.0.0.1:4150", help="with --no-start")
     d.add_argument("--mem-queue-size", type=int, default=1_000_000, help="nsqd --mem-queue-size")
-    d.add_argument("--data-path", default=None, help="nsqd --data-path (default: a temp dir, removed after)")
+    d.add_argument("--data-path", default=None,
+                   help="nsqd --data-path (default: a temp dir, removed after)")
     d.add_argument("--nsqd-arg", action="append", default=[], metavar="ARG",
-                   help="extra argument for nsqd (repeatable), e.g. --nsqd-arg=--max-rdy-count=10000")
+                   help="extra argument for nsqd (repeatable), "
+                        "e.g. --nsqd-arg=--max-rdy-count=10000")
     d.add_argument("--startup-timeout", type=nb.parse_duration, default=20.0)
     d.add_argument("--stop-timeout", type=nb.parse_duration, default=30.0,
                    help="wait this long after SIGTERM before SIGKILL")
     d.add_argument("--keep-data", action="store_true", help="keep the temp dir (data and nsqd.log)")
     w = p.add_argument_group("load")
-    w.add_argument("--mode", choices=("sequential", "concurrent", "all", "latency"), default="sequential",
-                   help="throughput phases to run: sequential, concurrent, all (both), latency (none, "
-                        "only the latency test)")
-    w.add_argument("--runfor", type=nb.parse_duration, default=10.0, help="writer run time (and concurrent reader)")
+    w.add_argument("--mode", choices=("sequential", "concurrent", "all", "latency"),
+                   default="sequential",
+                   help="throughput phases to run: sequential, concurrent, all (both), "
+                        "latency (none: only the latency test)")
+    w.add_argument("--runfor", type=nb.parse_duration, default=10.0,
+                   help="writer run time (and concurrent reader)")
     w.add_argument("--reader-runfor", type=nb.parse_duration, default=60.0,
                    help="sequential reader cap; it normally stops once everything written was read")
     w.add_argument("--idle-timeout", type=nb.parse_duration, default=5.0,
@@ -70,7 +75,8 @@ def build_args(argv: list[str] | None = None) -> argparse.Namespace:
     lat = p.add_argument_group("latency")
     lat.add_argument("--no-latency", action="store_true")
     lat.add_argument("--latency-rate", type=float, default=10000.0)
-    lat.add_argument("--latency-runfor", type=nb.parse_duration, default=None, help="default: --runfor")
+    lat.add_argument("--latency-runfor", type=nb.parse_duration, default=None,
+                     help="default: --runfor")
     lat.add_argument("--latency-size", type=int, default=None, help="default: --size")
     p.add_argument("--smoke", action="store_true",
                    help="short run of every test (1s, small counts, mode all) for CI")
@@ -144,21 +150,26 @@ class Daemon:
         ]
         print("# starting " + " ".join(cmd), flush=True)
         self.log = open(self.log_path, "wb")
-        self.proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=self.log, stderr=subprocess.STDOUT)
+        self.proc = subprocess.Popen(
+            cmd, stdin=subprocess.DEVNULL, stdout=self.log, stderr=subprocess.STDOUT
+        )
         deadline = time.monotonic() + self.args.startup_timeout
         # both listeners up means startup work is over, so it does not count against phase one
         for addr in (self.tcp, self.http):
             host, port = nb.parse_addr(addr)
             while True:
                 if self.proc.poll() is not None:
-                    raise RuntimeError(f"nsqd exited during startup with code {self.proc.returncode}")
+                    code = self.proc.returncode
+                    raise RuntimeError(f"nsqd exited during startup with code {code}")
                 try:
                     with socket.create_connection((host, port), timeout=0.5):
                         break
                 except OSError:
                     pass
                 if time.monotonic() > deadline:
-                    raise RuntimeError(f"nsqd did not listen on {addr} within {self.args.startup_timeout}s")
+                    raise RuntimeError(
+                        f"nsqd did not listen on {addr} within {self.args.startup_timeout}s"
+                    )
                 time.sleep(0.05)
 
     @property
@@ -178,7 +189,8 @@ class Daemon:
             t0 = time.monotonic()
             try:
                 self.proc.wait(timeout=self.args.stop_timeout)
-                self.exit_note = f"exited {self.proc.returncode} {time.monotonic() - t0:.2f}s after SIGTERM"
+                took = time.monotonic() - t0
+                self.exit_note = f"exited {self.proc.returncode} {took:.2f}s after SIGTERM"
             except subprocess.TimeoutExpired:
                 self.proc.kill()
                 self.proc.wait()
@@ -231,7 +243,9 @@ def finish_tool(tool: str, proc: subprocess.Popen, timeout: float) -> tuple[int,
 
 
 def start_tool(tool: str, argv: list[str]) -> subprocess.Popen:
-    return subprocess.Popen(tool_cmd(tool, argv), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    return subprocess.Popen(
+        tool_cmd(tool, argv), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    )
 
 
 class Runner:
@@ -256,10 +270,13 @@ class Runner:
             argv.append(f"--count={a.count}")
         return argv
 
-    def reader_argv(self, topic: str, runfor: float, count: int = 0, idle: float = 0.0) -> list[str]:
+    def reader_argv(
+        self, topic: str, runfor: float, count: int = 0, idle: float = 0.0
+    ) -> list[str]:
         a = self.args
         argv = [f"--nsqd-tcp-address={self.tcp}", f"--topic={topic}", "--channel=ch",
-                f"--runfor={runfor}", f"--size={a.size}", f"--rdy={a.rdy}", f"--procs={a.reader_procs}"]
+                f"--runfor={runfor}", f"--size={a.size}", f"--rdy={a.rdy}",
+                f"--procs={a.reader_procs}"]
         if count:
             argv.append(f"--count={count}")
         if idle:
@@ -277,7 +294,9 @@ class Runner:
         r = {"phase": phase, "test": test, "rc": rc, "msgs": data.get("msgs", 0),
              "ops_per_s": data.get("ops_per_s", 0.0), "mb_per_s": data.get("mb_per_s", 0.0),
              "duration_s": data.get("duration_s", 0.0),
-             "nsqd_cpu": (cpu1 - cpu0) / busy if cpu0 is not None and cpu1 is not None and busy > 0 else None}
+             "nsqd_cpu": None}
+        if cpu0 is not None and cpu1 is not None and busy > 0:
+            r["nsqd_cpu"] = (cpu1 - cpu0) / busy
         r.update(extra)
         self.rows.append(r)
         if rc != 0:
@@ -287,7 +306,8 @@ class Runner:
 
     def check_daemon(self, phase: str) -> None:
         if self.daemon and not self.daemon.alive():
-            self.failures.append(f"nsqd died during {phase} (exit code {self.daemon.proc.returncode})")
+            code = self.daemon.proc.returncode if self.daemon.proc else None
+            self.failures.append(f"nsqd died during {phase} (exit code {code})")
             raise RuntimeError("nsqd died")
 
     def sequential(self) -> None:
@@ -297,7 +317,8 @@ class Runner:
         cpu0 = self.cpu()
         sys.stdout.write("PUB: ")
         sys.stdout.flush()
-        rc, w = finish_tool("bench_writer", start_tool("bench_writer", self.writer_argv(topic)), a.runfor + 180)
+        writer = start_tool("bench_writer", self.writer_argv(topic))
+        rc, w = finish_tool("bench_writer", writer, a.runfor + 180)
         self.row("sequential", "PUB", rc, w, cpu0)
         self.check_daemon("sequential PUB")
         written = w.get("msgs", 0)
@@ -315,13 +336,16 @@ class Runner:
         self.row("sequential", "SUB", rc, r, cpu0, expected=written, stop=",".join(reasons))
         self.check_daemon("sequential SUB")
         if rc == 0 and got < written:
-            msg = f"sequential SUB: read {got} of {written} messages (stopped by {','.join(reasons)})"
+            msg = (f"sequential SUB: read {got} of {written} messages "
+                   f"(stopped by {','.join(reasons)})")
             if "idle" in reasons:
                 self.failures.append(msg + f": nothing arrived for {a.idle_timeout}s")
             else:
                 self.warnings.append(msg + "; raise --reader-runfor to drain everything")
         elif got > written:
-            self.failures.append(f"sequential SUB: read {got} messages but only {written} were published")
+            self.failures.append(
+                f"sequential SUB: read {got} messages but only {written} were published"
+            )
 
     def concurrent(self) -> None:
         a = self.args
@@ -346,13 +370,15 @@ class Runner:
     def latency(self) -> None:
         a = self.args
         topic = "latency_bench" + self.suffix
-        print(f"# latency: {a.latency_rate:g} msgs/s of {a.latency_size}B for {a.latency_runfor}s on {topic}",
-              flush=True)
+        print(f"# latency: {a.latency_rate:g} msgs/s of {a.latency_size}B "
+              f"for {a.latency_runfor}s on {topic}", flush=True)
         argv = [f"--nsqd-tcp-address={self.tcp}", f"--topic={topic}", f"--rate={a.latency_rate}",
                 f"--runfor={a.latency_runfor}", f"--size={a.latency_size}"]
         cpu0 = self.cpu()
-        rc, d = finish_tool("bench_latency", start_tool("bench_latency", argv), a.latency_runfor + 120)
-        r = self.row("latency", "LAT", rc, {"msgs": d.get("count", 0), "errors": d.get("errors")}, cpu0,
+        rc, d = finish_tool("bench_latency", start_tool("bench_latency", argv),
+                            a.latency_runfor + 120)
+        r = self.row("latency", "LAT", rc, {"msgs": d.get("count", 0), "errors": d.get("errors")},
+                     cpu0,
                      busy_s=(d.get("publisher") or {}).get("publish_s"))
         for k in ("p50_ms", "p90_ms", "p99_ms", "p999_ms", "max_ms", "published", "received"):
             r[k] = d.get(k)
@@ -364,13 +390,17 @@ def fmt(v, spec: str, none: str = "-") -> str:
     return none if v is None else format(v, spec)
 
 
-def print_summary(args: argparse.Namespace, runner: Runner, target: str, daemon: Daemon | None) -> None:
+def print_summary(
+    args: argparse.Namespace, runner: Runner, target: str, daemon: Daemon | None
+) -> None:
     print()
     print(f"== nsqpy bench summary: {target}")
     print(f"   size={args.size}B batch={args.batch_size} writer-procs={args.writer_procs} "
           f"reader-procs={args.reader_procs} pipeline={args.pipeline} rdy={args.rdy}"
-          f"{f' mem-queue-size={args.mem_queue_size}' if daemon else ''}{' (smoke)' if args.smoke else ''}")
-    print(f"{'phase':<11} {'test':<4} {'msgs':>10} {'msgs/s':>12} {'MB/s':>9} {'secs':>7} {'nsqd cpu':>9}  notes")
+          f"{f' mem-queue-size={args.mem_queue_size}' if daemon else ''}"
+          f"{' (smoke)' if args.smoke else ''}")
+    print(f"{'phase':<11} {'test':<4} {'msgs':>10} {'msgs/s':>12} {'MB/s':>9} {'secs':>7} "
+          f"{'nsqd cpu':>9}  notes")
     for r in runner.rows:
         if r["test"] == "LAT":
             continue
@@ -380,12 +410,13 @@ def print_summary(args: argparse.Namespace, runner: Runner, target: str, daemon:
         if r["rc"]:
             note = f"FAILED (rc={r['rc']}) " + note
         cpu = "-" if r["nsqd_cpu"] is None else f"{r['nsqd_cpu'] * 100:.0f}%"
-        print(f"{r['phase']:<11} {r['test']:<4} {r['msgs']:>10} {r['ops_per_s']:>12.1f} {r['mb_per_s']:>9.3f} "
-              f"{r['duration_s']:>7.2f} {cpu:>9}  {note}")
+        print(f"{r['phase']:<11} {r['test']:<4} {r['msgs']:>10} {r['ops_per_s']:>12.1f} "
+              f"{r['mb_per_s']:>9.3f} {r['duration_s']:>7.2f} {cpu:>9}  {note}")
     for r in runner.rows:
         if r["test"] != "LAT":
             continue
-        print(f"latency     {r.get('rate') or 0:g} msgs/s: n={r['msgs']} p50={fmt(r.get('p50_ms'), '.3f')}ms "
+        print(f"latency     {r.get('rate') or 0:g} msgs/s: n={r['msgs']} "
+              f"p50={fmt(r.get('p50_ms'), '.3f')}ms "
               f"p90={fmt(r.get('p90_ms'), '.3f')}ms p99={fmt(r.get('p99_ms'), '.3f')}ms "
               f"p99.9={fmt(r.get('p999_ms'), '.3f')}ms max={fmt(r.get('max_ms'), '.3f')}ms"
               f"{'' if r['nsqd_cpu'] is None else '  nsqd cpu %.0f%%' % (r['nsqd_cpu'] * 100)}"
@@ -424,7 +455,8 @@ def main(argv: list[str] | None = None) -> int:
                 runner.failures.append(f"nsqd: {exc}")
                 print(daemon.log_tail(), file=sys.stderr)
                 raise
-            print(f"# nsqd pid {daemon.pid} tcp {daemon.tcp} http {daemon.http} data {daemon.data}", flush=True)
+            print(f"# nsqd pid {daemon.pid} tcp {daemon.tcp} http {daemon.http} "
+                  f"data {daemon.data}", flush=True)
         try:
             if args.mode in ("sequential", "all"):
                 runner.sequential()

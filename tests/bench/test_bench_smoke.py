@@ -27,7 +27,8 @@ def _nsqd_importable() -> bool:
 
 
 pytestmark = pytest.mark.skipif(
-    not _nsqd_importable(), reason="the nsqd console script (nsqpy.nsqd.main:main) is not importable yet"
+    not _nsqd_importable(),
+    reason="the nsqd console script (nsqpy.nsqd.main:main) is not importable yet",
 )
 
 
