@@ -640,16 +640,27 @@ class ClientV2(asyncio.Protocol):
         return msg_id
 
     def _fin(self, params: list[bytes], body: bytes | None) -> None:
-        msg_id = self._msg_id("FIN", params, 2)
+        # the hottest consumer command: validate and finish inline, errors take the slow path
         ch = self.channel
+        if len(params) == 2 and ch is not None:
+            msg_id = params[1]
+            msg = ch.in_flight.get(msg_id)
+            if msg is not None and msg.client is self:
+                del ch.in_flight[msg_id]
+                msg.client = None
+                self.finish_count += 1
+                self.in_flight_count -= 1
+                if ch.queue and not ch._pump_scheduled:
+                    ch.schedule_pump()
+                return
+        msg_id = self._msg_id("FIN", params, 2)
         assert ch is not None
         err = ch.finish(self, msg_id)
         if err is not None:
             raise ProtocolError("E_FIN_FAILED", f"FIN {msg_id.decode('latin-1')} failed {err}", fatal=False)
         self.finish_count += 1
         self.in_flight_count -= 1
-        if self.ready_count > self.in_flight_count:
-            ch.schedule_pump()
+        ch.schedule_pump()
 
     def _req(self, params: list[bytes], body: bytes | None) -> None:
         msg_id = self._msg_id("REQ", params, 3)
