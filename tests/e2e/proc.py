@@ -43,7 +43,9 @@ def split_host_port(addr: str) -> tuple[str, int]:
     return host.strip("[]"), int(port)
 
 
-def run_script(name: str, *args: str, timeout: float = 15.0, cwd: str | None = None) -> subprocess.CompletedProcess[str]:
+def run_script(
+    name: str, *args: str, timeout: float = 15.0, cwd: str | None = None
+) -> subprocess.CompletedProcess[str]:
     """Run a console script to completion (``--version``, bad flags…); kill it on timeout."""
     return subprocess.run(
         [script(name), *args],
@@ -58,7 +60,9 @@ def run_script(name: str, *args: str, timeout: float = 15.0, cwd: str | None = N
 class DaemonProcess:
     """One daemon started from its console script; output captured to files in ``log_dir``."""
 
-    def __init__(self, name: str, args: Sequence[str], log_dir: Path, cwd: str | None = None) -> None:
+    def __init__(
+        self, name: str, args: Sequence[str], log_dir: Path, cwd: str | None = None
+    ) -> None:
         self.name = name
         self.args = [script(name), *args]
         self.log_dir = Path(log_dir)
@@ -91,7 +95,9 @@ class DaemonProcess:
     def is_running(self) -> bool:
         return self.proc is not None and self.proc.poll() is None
 
-    def wait_for_addresses(self, kinds: Sequence[str] = ("TCP",), timeout: float = 15.0) -> dict[str, str]:
+    def wait_for_addresses(
+        self, kinds: Sequence[str] = ("TCP",), timeout: float = 15.0
+    ) -> dict[str, str]:
         """Poll stdout until an address line for each of ``kinds`` was printed."""
         deadline = time.monotonic() + timeout
         while True:
@@ -102,10 +108,14 @@ class DaemonProcess:
             if code is not None:
                 self._parse_addresses()
                 raise RuntimeError(
-                    f"{self.name} exited with {code} before printing its addresses\n{self.describe()}"
+                    f"{self.name} exited with {code} before printing its addresses\n"
+                    + self.describe()
                 )
             if time.monotonic() > deadline:
-                raise TimeoutError(f"{self.name} printed no {list(kinds)} address within {timeout}s\n{self.describe()}")
+                raise TimeoutError(
+                    f"{self.name} printed no {list(kinds)} address within {timeout}s\n"
+                    + self.describe()
+                )
             time.sleep(0.02)
 
     def _parse_addresses(self) -> None:
@@ -176,12 +186,15 @@ def _read(path: Path) -> str:
 class NsqdProcess(DaemonProcess):
     """``nsqd`` from the console script, on ports picked by the OS (port 0)."""
 
-    def __init__(self, data_path: Path, *extra_args: str, log_dir: Path | None = None, http: bool = True) -> None:
+    def __init__(
+        self, data_path: Path, *extra_args: str, log_dir: Path | None = None, http: bool = True
+    ) -> None:
         data_path = Path(data_path)
         data_path.mkdir(parents=True, exist_ok=True)
         args = ["--tcp-address=127.0.0.1:0", f"--data-path={data_path}"]
         args.append("--http-address=127.0.0.1:0" if http else "--http-address=")
         super().__init__("nsqd", [*args, *extra_args], log_dir or data_path)
+        self.data_path = data_path
         self.http = http
 
     def start(self, timeout: float = 15.0) -> NsqdProcess:  # type: ignore[override]
@@ -227,7 +240,9 @@ def nsqd_process(data_path: Path, *extra_args: str, http: bool = True) -> Iterat
         p.stop()
 
 
-def http_request(url: str, body: bytes | None = None, method: str = "GET", timeout: float = 5.0) -> tuple[int, bytes]:
+def http_request(
+    url: str, body: bytes | None = None, method: str = "GET", timeout: float = 5.0
+) -> tuple[int, bytes]:
     """(status, body) of one HTTP request; HTTP error statuses are returned, not raised."""
     req = urllib.request.Request(url, data=body, method=method)
     try:
@@ -246,7 +261,9 @@ def tcp_alive(host: str, port: int, timeout: float = 2.0) -> bool:
         return False
 
 
-def run_driver(script_path: Path, spec_json: str, timeout: float) -> subprocess.CompletedProcess[str]:
+def run_driver(
+    script_path: Path, spec_json: str, timeout: float
+) -> subprocess.CompletedProcess[str]:
     """Run a Python client-driver script (in this venv) in its own process with a hard
     timeout; the spec goes to stdin as JSON, the result comes back on stdout."""
     env = dict(os.environ)
@@ -266,7 +283,8 @@ def run_driver(script_path: Path, spec_json: str, timeout: float) -> subprocess.
             os.kill(proc.pid, signal.SIGKILL)
         out, err = proc.communicate()
         raise AssertionError(
-            f"{script_path.name} did not finish within {timeout}s\n--- stdout:\n{out[-4000:]}\n--- stderr:\n{err[-6000:]}"
+            f"{script_path.name} did not finish within {timeout}s\n"
+            f"--- stdout:\n{out[-4000:]}\n--- stderr:\n{err[-6000:]}"
         ) from None
     finally:
         if proc.poll() is None:
@@ -274,3 +292,23 @@ def run_driver(script_path: Path, spec_json: str, timeout: float) -> subprocess.
                 os.kill(proc.pid, signal.SIGKILL)
             proc.wait(5)
     return subprocess.CompletedProcess(proc.args, proc.returncode, out, err)
+
+
+def nsqd_fixture(tmp_path: Path, *extra_args: str) -> Iterator[NsqdProcess]:
+    """Body of an ``nsqd_proc`` pytest fixture (``yield from nsqd_fixture(tmp_path)``).
+
+    Fixtures live in the test modules, not in conftest.py files under tests/: a second
+    ``conftest`` module would shadow the root one that other tests import by name.
+    Teardown asserts nsqd is still alive (no test may crash it), that SIGTERM stops it with
+    exit code 0 and that it logged no traceback; it is always stopped by PID, SIGKILL as the
+    last resort."""
+    p = NsqdProcess(Path(tmp_path) / "nsqd", *extra_args)
+    code: int | None = None
+    try:
+        p.start()
+        yield p
+        assert p.is_running(), f"nsqd died during the test\n{p.describe()}"
+    finally:
+        code = p.stop()
+    assert code == 0, f"nsqd did not exit cleanly on SIGTERM (code {code})\n{p.describe()}"
+    assert "Traceback" not in p.stderr(), f"nsqd logged an unhandled exception\n{p.describe(20000)}"

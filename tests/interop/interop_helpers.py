@@ -1,4 +1,9 @@
-"""Helpers for the interop tests: run a client driver subprocess, make test bodies."""
+"""Helpers for the interop tests: run a client driver subprocess, make test bodies.
+
+pynsq (Tornado) and gnsq (gevent, which monkey-patches the standard library) run in their
+own processes through the driver scripts next to this file, so neither touches the pytest
+process; each driver run has a hard timeout and is killed by PID.
+"""
 
 from __future__ import annotations
 
@@ -17,7 +22,8 @@ def drive(driver: str, spec: dict[str, Any], timeout: float) -> dict[str, Any]:
     res = run_driver(HERE / driver, json.dumps(spec), timeout)
     lines = [ln for ln in res.stdout.splitlines() if ln.startswith("{")]
     assert res.returncode == 0 and lines, (
-        f"{driver} failed (exit {res.returncode})\n--- stdout:\n{res.stdout[-4000:]}\n--- stderr:\n{res.stderr[-6000:]}"
+        f"{driver} failed (exit {res.returncode})\n"
+        f"--- stdout:\n{res.stdout[-4000:]}\n--- stderr:\n{res.stderr[-6000:]}"
     )
     out = json.loads(lines[-1])
     out["_stderr"] = res.stderr

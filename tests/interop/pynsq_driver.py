@@ -14,10 +14,12 @@ Spec keys (all optional except ``nsqd``, ``topic``):
   mpub              [[hex]]           each list published with one Writer.mpub
   dpub              [[delay_ms, hex]] published with Writer.dpub
   requeue_first     [hex]             handler returns False on attempt 1 (REQ), True later
-  touch             [hex]             handled async: TOUCH every touch_every s for touch_for s, then FIN
+  touch             [hex]             handled async: TOUCH every touch_every s for
+                                      touch_for s, then FIN
   hold              [hex]             async and never answered on attempt 1 (left to time out)
   late              [hex]             one mpub once the reader has been connected for
                                       min_connected s and has seen min_heartbeats heartbeats
+  stats_url         if set, GET it (nsqd's /stats?format=json) while still connected
   deadline          seconds for the whole run
 """
 
@@ -29,6 +31,7 @@ import logging
 import sys
 import time
 import traceback
+import urllib.request
 
 import nsq
 import tornado.ioloop
@@ -55,6 +58,7 @@ class Recorder:
         self.closing = False  # our own close() makes pynsq report "failed to unpack size"
         self.pub_sent_at: dict[str, float] = {}
         self.pub_results: list[dict] = []
+        self.stats: dict | None = None
 
 
 class RecordingReader(nsq.Reader):
@@ -119,7 +123,9 @@ async def run(spec: dict, rec: Recorder) -> None:
 
     def handler(message):
         h = message.body.hex()
-        rec.deliveries.append({"body": h, "attempts": message.attempts, "id": message.id.decode(), "t": now()})
+        rec.deliveries.append(
+            {"body": h, "attempts": message.attempts, "id": message.id.decode(), "t": now()}
+        )
         if h in hold and message.attempts == 1:
             message.enable_async()
             return None
@@ -166,7 +172,9 @@ async def run(spec: dict, rec: Recorder) -> None:
             def cb(conn, data):
                 outstanding[0] -= 1
                 ok = data == b"OK"
-                rec.pub_results.append({"kind": kind, "ok": ok, "n": len(bodies), "data": repr(data)})
+                rec.pub_results.append(
+                    {"kind": kind, "ok": ok, "n": len(bodies), "data": repr(data)}
+                )
 
             return cb
 
@@ -181,7 +189,7 @@ async def run(spec: dict, rec: Recorder) -> None:
 
         expected = set(spec.get("pub", [])) | {h for b in spec.get("mpub", []) for h in b}
         expected |= {h for _, h in spec.get("dpub", [])}
-        await wait_until(lambda: expected <= rec.finished.keys(), spec.get("consume_timeout", 25), "all messages finished")
+        await wait_until(lambda: expected <= rec.finished.keys(), 25, "all messages finished")
 
         late = spec.get("late", [])
         if late:
@@ -195,9 +203,26 @@ async def run(spec: dict, rec: Recorder) -> None:
                 "connection age and heartbeats",
             )
             rec.late_published_at = now()
-            writer.mpub(topic, [bytes.fromhex(h) for h in late], callback=make_cb("late-mpub", late))
+            bodies = [bytes.fromhex(h) for h in late]
+            writer.mpub(topic, bodies, callback=make_cb("late-mpub", late))
             await wait_until(lambda: outstanding[0] == 0, 10, "late publish response")
             await wait_until(lambda: set(late) <= rec.finished.keys(), 10, "late messages finished")
+        if spec.get("stats_url"):
+            # FINs travel on the reader's socket, /stats on another: poll until nsqd has
+            # counted them all (or give up and let the test show the last answer)
+            deadline = time.monotonic() + 5
+            while True:
+                with urllib.request.urlopen(spec["stats_url"], timeout=5) as resp:
+                    rec.stats = json.loads(resp.read())
+                fins = sum(
+                    cl["finish_count"]
+                    for t in rec.stats["topics"]
+                    for ch in t["channels"]
+                    for cl in ch["clients"] or ()
+                )
+                if fins >= len(expected) or time.monotonic() > deadline:
+                    break
+                await asyncio.sleep(0.02)
     finally:
         rec.closing = True
         reader.close()
@@ -206,7 +231,11 @@ async def run(spec: dict, rec: Recorder) -> None:
 
 
 def main() -> int:
-    logging.basicConfig(level=logging.WARNING, stream=sys.stderr, format="%(asctime)s %(name)s %(levelname)s %(message)s")
+    logging.basicConfig(
+        level=logging.WARNING,
+        stream=sys.stderr,
+        format="%(asctime)s %(name)s %(levelname)s %(message)s",
+    )
     spec = json.load(sys.stdin)
     rec = Recorder()
     rec.late_published_at = None
@@ -237,6 +266,7 @@ def main() -> int:
         "errors": rec.errors,
         "pub_sent_at": rec.pub_sent_at,
         "pub_results": rec.pub_results,
+        "stats": rec.stats,
     }
     sys.stdout.write(json.dumps(out) + "\n")
     sys.stdout.flush()

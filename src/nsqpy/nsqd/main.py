@@ -115,7 +115,7 @@ def main(argv: list[str] | None = None) -> int:
     logging.getLogger("nsqd").info(version_string())
     try:
         run(opts)
-    except OSError as e:
+    except (OSError, ValueError, RuntimeError) as e:
         logging.getLogger("nsqd").critical("%s", e)
         return 1
     return 0

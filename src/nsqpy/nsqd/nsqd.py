@@ -33,6 +33,8 @@ def split_address(addr: str) -> tuple[str, int] | str:
         return addr
     host, _, port = addr.rpartition(":")
     host = host.strip("[]")
+    if not port.isdigit() or int(port) > 65535:
+        raise ValueError(f"invalid address {addr!r}: bad port {port!r}")
     return host, int(port)
 
 
