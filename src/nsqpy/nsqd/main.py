@@ -11,7 +11,15 @@ import sys
 
 from .. import NSQ_VERSION, __version__
 from .nsqd import NSQD
-from .options import HelpRequested, Options, OptionsError, parse_args, unbuilt_requested, validate
+from .options import (
+    HelpRequested,
+    Options,
+    OptionsError,
+    parse_args,
+    unbuilt_requested,
+    usage,
+    validate,
+)
 
 LEVELS = {
     "debug": logging.DEBUG,
@@ -96,7 +104,9 @@ def main(argv: list[str] | None = None) -> int:
         print(str(h), file=sys.stderr)
         return 0
     except OptionsError as e:
-        return fail(str(e), 2)
+        # as Go's flag package: the error, then the usage, exit 2
+        print(f"{e}\n{usage()}", file=sys.stderr)
+        return 2
     if opts.version:
         print(version_string())
         return 0
