@@ -194,13 +194,20 @@ def test_bad_listen_address_fails_cleanly(addr, tmp_path):
     assert addr in res.stderr, res.stderr
 
 
-@pytest.mark.xfail(strict=True, reason="not built yet: nsqd does not flock --data-path (Go: "
-                   "'failed to lock data-path ... possibly in use by another instance of nsqd')")
 def test_data_path_is_locked(nsqd_proc):
     res = run_script("nsqd", "--tcp-address=127.0.0.1:0", "--http-address=127.0.0.1:0",
                      f"--data-path={nsqd_proc.data_path}", timeout=3)
     assert res.returncode == 1, res
-    assert "data-path" in res.stderr, res.stderr
+    assert "failed to lock data-path" in res.stderr, res.stderr
+    assert "possibly in use by another instance of nsqd" in res.stderr, res.stderr
+
+
+def test_missing_data_path_fails_cleanly(tmp_path):
+    res = run_script("nsqd", "--tcp-address=127.0.0.1:0", "--http-address=127.0.0.1:0",
+                     f"--data-path={tmp_path / 'nope'}", timeout=3)
+    assert res.returncode == 1, res
+    assert "failed to lock data-path" in res.stderr, res.stderr
+    assert "Traceback" not in res.stderr
 
 
 # --- messages over TCP -------------------------------------------------------------------------

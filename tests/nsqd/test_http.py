@@ -258,13 +258,13 @@ async def test_pub_max_defer_is_accepted(nsqd, http):
     assert (await http.post(f"/pub?topic=t&defer={max_ms}", b"x"))[0] == 200
 
 
-async def test_pub_queue_full_is_503_exiting(tmp_path, session):
+async def test_pub_past_mem_queue_size_goes_to_disk(tmp_path, session):
     async with NSQD(make_options(tmp_path, mem_queue_size=2)) as d:
         http = HTTP(session, d.http_port)
-        for _ in range(2):
+        for _ in range(5):
             assert (await http.post("/pub?topic=t", b"x"))[0] == 200
-        assert (await http.post("/pub?topic=t", b"x"))[::2] == err(503, "EXITING")
-        assert d.topics["t"].message_count == 2
+        t = (await http.stats("topic=t"))["topics"][0]
+        assert (t["depth"], t["backend_depth"], t["message_count"]) == (5, 3, 5)
 
 
 async def test_pub_while_exiting_is_503(nsqd, http):
@@ -371,12 +371,11 @@ async def test_mpub_body_too_big(tmp_path, session):
         assert d.topics["t"].message_count == 2 + 3
 
 
-async def test_mpub_is_all_or_nothing_when_the_queue_is_full(tmp_path, session):
+async def test_mpub_past_mem_queue_size_spills_to_disk(tmp_path, session):
     async with NSQD(make_options(tmp_path, mem_queue_size=3)) as d:
         http = HTTP(session, d.http_port)
-        assert (await http.post("/mpub?topic=t", b"1\n2\n3\n4"))[::2] == err(503, "EXITING")
-        assert d.topics["t"].message_count == 0
-        assert (await http.post("/mpub?topic=t", b"1\n2\n3"))[0] == 200
+        assert (await http.post("/mpub?topic=t", b"1\n2\n3\n4"))[0] == 200
+        assert (d.topics["t"].depth, d.topics["t"].backend_depth) == (4, 1)
 
 
 # --- topics -------------------------------------------------------------------------------------

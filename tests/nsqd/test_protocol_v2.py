@@ -438,15 +438,19 @@ async def test_ephemeral_topic_vanishes_with_last_channel(nsqd):
     await wait_for(lambda: "t#ephemeral" not in nsqd.topics)
 
 
-async def test_mem_queue_bound_refuses_publish(tmp_path):
+async def test_mem_queue_overflow_goes_to_disk_and_is_delivered(tmp_path):
     async with NSQD(make_options(tmp_path, mem_queue_size=3)) as d:
         p = await client(d)
-        p.send(commands.mpub("t", [b"1", b"2", b"3"]))
+        bodies = [b"%d" % i for i in range(10)]
+        p.send(commands.mpub("t", bodies[:5]))
         assert await p.read_frame() == (0, b"OK")
-        p.send(commands.pub("t", b"4"))
-        err = await p.read_error()
-        assert err.startswith("E_PUB_FAILED PUB failed")
-        assert d.topics["t"].depth == 3
+        assert (d.topics["t"].depth, d.topics["t"].backend_depth) == (5, 2)
+        c = await consumer(d, "t", "c", rdy=100)
+        p.send(commands.mpub("t", bodies[5:]))
+        assert await p.read_frame() == (0, b"OK")
+        got = await c.read_messages(10)
+        assert sorted(m.body for m in got) == sorted(bodies)
+        assert d.topics["t"].depth == 0 and d.topics["t"].channels["c"].depth == 0
 
 
 async def test_max_channel_consumers(tmp_path):

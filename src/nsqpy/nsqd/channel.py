@@ -1,23 +1,31 @@
 """A channel: its own copy of every topic message, delivered to its subscribed clients.
 
-State lives on the event-loop thread only. Ready messages wait in ``queue`` (bounded by
---mem-queue-size for publishes); in-flight ones are indexed by id in ``in_flight`` with a
-per-client deadline deque (see :class:`~nsqpy.nsqd.protocol_v2.ClientV2`); deferred ones sit
-in a heap until due. Delivery is a coalesced "pump" scheduled once per event-loop turn.
+State lives on the event-loop thread only. Ready messages wait in ``queue`` (at most
+--mem-queue-size published ones) and beyond that in the channel's DiskQueue (``backend``);
+in-flight ones are indexed by id in ``in_flight`` with a per-client deadline deque (see
+:class:`~nsqpy.nsqd.protocol_v2.ClientV2`); deferred ones sit in a heap until due. Delivery
+is a coalesced "pump" scheduled once per event-loop turn, which refills the memory queue
+from the backend as clients have room.
 """
 
 from __future__ import annotations
 
 import heapq
 import itertools
+import json
 import logging
+import os
+import time
 from collections import deque
 from typing import TYPE_CHECKING
 
+from ..protocol.frames import decode_message, encode_message
 from ..protocol.names import is_ephemeral
+from .message import Message
+from .metadata import write_file_atomic
 
 if TYPE_CHECKING:
-    from .message import Message
+    from .diskqueue import DiskQueue
     from .nsqd import NSQD
     from .protocol_v2 import ClientV2
     from .topic import Topic
@@ -26,9 +34,27 @@ log = logging.getLogger("nsqd")
 
 _seq = itertools.count()
 
+#: Suffix of the file that keeps deferred messages' due times across a clean restart (NSQ
+#: itself loses them, nsqio/nsq#1107). The messages themselves are in the DiskQueue, so the
+#: Go nsqd can still read the directory (it delivers them at once).
+DEFERRED_SUFFIX = ".diskqueue.deferred.json"
 
-class QueueFullError(Exception):
-    """A publish would take a memory queue past --mem-queue-size."""
+
+def encode_messages(msgs: list[Message]) -> list[bytes]:
+    """Messages as DiskQueue records (``[ts][attempts][id][body]``)."""
+    return [encode_message(m.timestamp, m.attempts, m.id, m.body) for m in msgs]
+
+
+def decode_records(records: list[bytes], where: str) -> list[Message]:
+    out = []
+    for r in records:
+        try:
+            d = decode_message(r)
+        except ValueError as e:
+            log.error("%s: failed to decode message - %s", where, e)
+            continue
+        out.append(Message(d.id, d.body, d.timestamp, d.attempts))
+    return out
 
 
 class Channel:
@@ -48,6 +74,8 @@ class Channel:
         "timeout_count",
         "_pump_scheduled",
         "_rr",
+        "backend",
+        "_deferred_due",
     )
 
     def __init__(self, topic: Topic, name: str, nsqd: NSQD) -> None:
@@ -66,25 +94,23 @@ class Channel:
         self.timeout_count = 0
         self._pump_scheduled = False
         self._rr = 0
+        self.backend: DiskQueue | None = (
+            None if self.ephemeral or topic.ephemeral else nsqd.make_backend(f"{topic.name}:{name}")
+        )
+        #: id → due time (ns since the epoch) of deferred messages saved at the last shutdown
+        self._deferred_due: dict[bytes, int] = self._load_deferred()
+
+    @property
+    def backend_name(self) -> str:
+        return f"{self.topic.name}:{self.name}"
 
     # --- accepting messages -------------------------------------------------------------
 
-    def room(self) -> int:
-        """How many more published messages the memory queue takes (ephemerals: unbounded,
-        their overflow is dropped instead)."""
-        if self.ephemeral:
-            return 1 << 62
-        return self.nsqd.options.mem_queue_size - len(self.queue)
-
-    def put_messages(self, msgs: list[Message]) -> None:
-        """Queue published messages (the caller checked :meth:`room`)."""
+    def put_messages(self, msgs: list[Message]) -> bool:
+        """Queue published messages: memory up to --mem-queue-size, the rest to the backend
+        (ephemeral channels drop it, as NSQ does). True if a backend write must be fsynced
+        before the publish is acknowledged."""
         self.message_count += len(msgs)
-        if self.ephemeral:
-            free = self.nsqd.options.mem_queue_size - len(self.queue)
-            if free < len(msgs):
-                # NSQ's ephemeral backend discards overflow
-                msgs = msgs[: max(free, 0)]
-        now_msgs = msgs
         if any(m.defer for m in msgs):
             now_msgs = []
             for m in msgs:
@@ -94,9 +120,20 @@ class Channel:
                     self.start_deferred(m, d)
                 else:
                     now_msgs.append(m)
-        if now_msgs:
-            self.queue.extend(now_msgs)
-            self.schedule_pump()
+            msgs = now_msgs
+        if not msgs:
+            return False
+        free = self.nsqd.options.mem_queue_size - len(self.queue)
+        must_sync = False
+        if free < len(msgs):
+            overflow = msgs[max(free, 0) :]
+            msgs = msgs[: max(free, 0)]
+            if self.backend is not None:
+                must_sync = self.nsqd.write_backend(self.backend, encode_messages(overflow))
+        if msgs:
+            self.queue.extend(msgs)
+        self.schedule_pump()
+        return must_sync
 
     def requeue_now(self, msg: Message) -> None:
         """Put a message back for immediate redelivery (REQ 0, timeout, client gone)."""
@@ -109,19 +146,30 @@ class Channel:
     # --- delivery -------------------------------------------------------------------------
 
     def schedule_pump(self) -> None:
-        if not self._pump_scheduled and self.queue and self.clients:
+        if (
+            not self._pump_scheduled
+            and self.clients
+            and (self.queue or (self.backend is not None and self.backend.depth))
+        ):
             self._pump_scheduled = True
             self.nsqd.loop.call_soon(self._pump)
 
     def _pump(self) -> None:
         """Spread ready messages over the clients that have RDY capacity."""
         self._pump_scheduled = False
-        q = self.queue
-        if not q or self.paused:
+        if self.paused:
             return
         ready = [c for c in self.clients.values() if c.can_receive()]
         n = len(ready)
         if not n:
+            return
+        q = self.queue
+        b = self.backend
+        if b is not None and b.depth:
+            want = sum(c.ready_count - c.in_flight_count for c in ready) - len(q)
+            if want > 0:
+                self._refill(b, want)
+        if not q:
             return
         if n > 1:
             start = self._rr % n
@@ -137,6 +185,22 @@ class Channel:
                 if c.can_receive():
                     still.append(c)
             ready = still
+
+    def _refill(self, b: DiskQueue, want: int) -> None:
+        """Move up to ``want`` messages from the backend to the memory queue."""
+        msgs = decode_records(b.read(want), f"CHANNEL({self.backend_name})")
+        self.nsqd.note_backend_read(b)
+        due = self._deferred_due
+        if due:
+            now_ns = time.time_ns()
+            for m in msgs:
+                t = due.pop(m.id, None)
+                if t is not None and t > now_ns:
+                    self.start_deferred(m, (t - now_ns) / 1e9)
+                else:
+                    self.queue.append(m)
+        else:
+            self.queue.extend(msgs)
 
     # --- acknowledgements -----------------------------------------------------------------
 
@@ -224,7 +288,14 @@ class Channel:
 
     @property
     def depth(self) -> int:
-        return len(self.queue)
+        """Messages waiting (memory + backend), as NSQ's Depth()."""
+        b = self.backend
+        return len(self.queue) + (b.depth if b is not None else 0)
+
+    @property
+    def backend_depth(self) -> int:
+        b = self.backend
+        return b.depth if b is not None else 0
 
     @property
     def deferred_count(self) -> int:
@@ -246,14 +317,79 @@ class Channel:
             msg.client = None
         self.in_flight.clear()
         self.deferred.clear()
+        self._deferred_due.clear()
         for client in self.clients.values():
             client.emptied()
+        if self.backend is not None:
+            self.backend.empty()
 
     def close(self) -> None:
-        """Channel deleted: disconnect its clients and drop its messages."""
+        """Channel deleted: disconnect its clients, drop its messages and its files."""
         self.exiting = True
         for client in list(self.clients.values()):
             client.close()
         self.queue.clear()
         self.in_flight.clear()
         self.deferred.clear()
+        self._deferred_due.clear()
+        if self.backend is not None:
+            self.nsqd.drop_backend(self.backend)
+            self.backend.delete()
+            self.backend = None
+        self._remove_deferred_file()
+
+    # --- persistence across restarts -----------------------------------------------------------
+
+    def _deferred_path(self) -> str:
+        return os.path.join(self.nsqd.data_path, self.backend_name + DEFERRED_SUFFIX)
+
+    def _load_deferred(self) -> dict[bytes, int]:
+        if self.backend is None:
+            return {}
+        path = self._deferred_path()
+        try:
+            with open(path, "rb") as f:
+                doc = json.load(f)
+            due = {k.encode(): int(v) for k, v in doc.get("deferred", {}).items()}
+        except FileNotFoundError:
+            return {}
+        except (ValueError, AttributeError, TypeError) as e:
+            log.error("CHANNEL(%s): ignoring unreadable %s - %s", self.backend_name, path, e)
+            return {}
+        log.info("CHANNEL(%s): %d deferred message(s) keep their due time", self.backend_name, len(due))
+        return due
+
+    def _remove_deferred_file(self) -> None:
+        try:
+            os.unlink(self._deferred_path())
+        except FileNotFoundError:
+            pass
+        except OSError as e:
+            log.error("CHANNEL(%s): failed to remove deferred file - %s", self.backend_name, e)
+
+    def flush(self) -> None:
+        """Clean shutdown: write memory, in-flight and deferred messages to the backend
+        (attempts preserved), and the deferred due times to the sidecar file."""
+        if self.backend is None:
+            return
+        msgs = list(self.queue)
+        msgs += self.in_flight.values()
+        loop_now = self.nsqd.loop.time()
+        now_ns = time.time_ns()
+        due = {k: v for k, v in self._deferred_due.items() if v > now_ns}
+        for when, _, m in sorted(self.deferred):
+            msgs.append(m)
+            due[m.id] = now_ns + int(max(when - loop_now, 0) * 1e9)
+        for m in self.in_flight.values():
+            m.client = None
+        self.queue.clear()
+        self.in_flight.clear()
+        self.deferred.clear()
+        if msgs:
+            self.backend.put_many(encode_messages(msgs))
+            log.info("CHANNEL(%s): flushed %d message(s) to disk", self.backend_name, len(msgs))
+        if due:
+            doc = {"deferred": {k.decode(): v for k, v in due.items()}}
+            write_file_atomic(self._deferred_path(), json.dumps(doc).encode())
+        else:
+            self._remove_deferred_file()

@@ -46,7 +46,6 @@ from .. import NSQ_VERSION
 from ..protocol.commands import decode_mpub
 from ..protocol.errors import ProtocolError
 from ..protocol.names import is_valid_channel_name, is_valid_topic_name
-from .channel import QueueFullError
 from .options import InvalidOptionError, OptionsError, config_value, set_config_value
 from .protocol_v2 import go_quote
 from .stats import (
@@ -502,17 +501,23 @@ class HTTPServer:
             raise HTTPError(400, "INVALID_TOPIC")
         return values, self.nsqd.get_topic(name)
 
-    def _put(self, topic: Topic, bodies: list[bytes], defer: float) -> None:
-        """Publish through the same path as TCP PUB/MPUB; any failure is Go's 503 EXITING."""
+    async def _put(self, topic: Topic, bodies: list[bytes], defer: float) -> None:
+        """Publish through the same path as TCP PUB/MPUB (including waiting for the fsync
+        when --sync-every is reached); any failure is Go's 503 EXITING."""
         if self.nsqd.exiting or topic.exiting:
             raise HTTPError(503, "EXITING")
         if not bodies:
             return
         try:
-            topic.put_bodies(bodies, defer)
-        except (TopicExitingError, QueueFullError) as e:
+            must_sync = topic.put_bodies(bodies, defer)
+        except (TopicExitingError, OSError) as e:
             log.error("TOPIC(%s): failed to put message(s) - %s", topic.name, e)
             raise HTTPError(503, "EXITING") from None
+        if must_sync:
+            done: asyncio.Future[BaseException | None] = asyncio.get_running_loop().create_future()
+            self.nsqd.wait_durable(lambda err: done.done() or done.set_result(err))
+            if await done is not None:
+                raise HTTPError(503, "EXITING")
 
     async def pub(self, request: web.Request, params: Params) -> Any:
         opts = self.nsqd.options
@@ -539,7 +544,7 @@ class HTTPServer:
             if ns < 0 or ns > _ns(opts.max_req_timeout):
                 raise HTTPError(400, "INVALID_DEFER")
             defer = ns / 1_000_000_000
-        self._put(topic, [body], defer)
+        await self._put(topic, [body], defer)
         return "OK"
 
     async def mpub(self, request: web.Request, params: Params) -> Any:
@@ -568,7 +573,7 @@ class HTTPServer:
                 raise HTTPError(413, e.code[2:]) from None
         else:
             bodies = _split_text_mpub(body, max_body + 1, opts.max_msg_size)
-        self._put(topic, bodies, 0.0)
+        await self._put(topic, bodies, 0.0)
         return "OK"
 
     # --- topics and channels -----------------------------------------------------------------

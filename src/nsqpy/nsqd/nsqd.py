@@ -18,11 +18,18 @@ import socket
 import time
 from typing import Any
 
+from ..protocol.frames import MESSAGE_HEADER_SIZE
 from ..protocol.names import is_valid_topic_name
+from .diskqueue import DiskQueue
 from .guid import GUIDFactory
+from .metadata import DataPathLock, encode_metadata, metadata_path, read_metadata, write_file_atomic
 from .options import Options
 from .protocol_v2 import ClientV2
+from .syncer import Syncer, Waiter
 from .topic import Topic
+
+#: A stored message's bytes beyond its body: timestamp, attempts and id.
+MESSAGE_OVERHEAD = MESSAGE_HEADER_SIZE - 4
 
 log = logging.getLogger("nsqd")
 
@@ -70,6 +77,12 @@ class NSQD:
         self.start_time_ns = time.time_ns()
         self.start_time = self.start_time_ns // 1_000_000_000
         self.exiting = False
+        self.data_path = opts.data_path or os.getcwd()
+        self._lock = DataPathLock(self.data_path)
+        self._loading = False
+        self._metadata_pending = False
+        self._metadata_task: asyncio.Task[None] | None = None
+        self.syncer: Syncer | None = None
         self._client_ids = itertools.count(1)
         self._loop: asyncio.AbstractEventLoop | None = None
         self._tcp_server: asyncio.AbstractServer | None = None
@@ -90,6 +103,22 @@ class NSQD:
 
     async def start(self) -> None:
         self._loop = asyncio.get_running_loop()
+        opts = self.options
+        try:
+            self._lock.acquire()
+        except (OSError, RuntimeError) as e:
+            raise RuntimeError(f"failed to lock data-path: {e}") from None
+        try:
+            self.syncer = Syncer(self._loop, opts.sync_timeout)
+            self.syncer.start()
+            self.load_metadata()
+            await self._listen()
+        except BaseException:
+            await self._close_backends()
+            self._lock.release()
+            raise
+
+    async def _listen(self) -> None:
         opts = self.options
         self._tcp_sock = _listen_socket(opts.tcp_address)
         self._tcp_server = await self._loop.create_server(
@@ -138,7 +167,8 @@ class NSQD:
         return self._fmt(self.http_address)
 
     async def stop(self) -> None:
-        """Stop accepting, close every client, stop the HTTP server."""
+        """Clean shutdown: stop accepting, close clients, write every message in memory,
+        in flight and deferred to disk, fsync, write the metadata, release the data path."""
         if self.exiting:
             return
         self.exiting = True
@@ -160,7 +190,41 @@ class NSQD:
             if isinstance(addr, str):
                 with contextlib.suppress(OSError):
                     os.unlink(addr)
+        for topic in list(self.topics.values()):
+            try:
+                topic.flush()
+            except Exception:
+                log.exception("TOPIC(%s): failed to flush to disk", topic.name)
+        await self._close_backends()
+        try:
+            self.persist_metadata()
+        except OSError as e:
+            log.error("failed to persist metadata - %s", e)
+        self._lock.release()
         log.info("NSQ: bye")
+
+    async def _close_backends(self) -> None:
+        """Sync and close every DiskQueue (in a worker thread) and stop the syncer."""
+        if self._metadata_task is not None:
+            self._metadata_task.cancel()
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await self._metadata_task
+        backends = []
+        for topic in self.topics.values():
+            if topic.backend is not None:
+                backends.append(topic.backend)
+            backends += [ch.backend for ch in topic.channels.values() if ch.backend is not None]
+
+        def close_all() -> None:
+            for b in backends:
+                try:
+                    b.close()
+                except Exception:
+                    log.exception("DISKQUEUE(%s): failed to close", b)
+
+        if self.syncer is not None:
+            await self.syncer.close()
+        await asyncio.get_running_loop().run_in_executor(None, close_all)
 
     async def __aenter__(self) -> NSQD:
         await self.start()
@@ -210,7 +274,90 @@ class NSQD:
         self.on_metadata_changed()
         return True
 
-    # --- hooks (metadata persistence and lookupd registration attach here) -------------------
+    # --- disk backends ------------------------------------------------------------------------
+
+    def make_backend(self, name: str) -> DiskQueue:
+        """The DiskQueue of a topic (``name``) or channel (``topic:channel``)."""
+        opts = self.options
+        return DiskQueue(
+            name,
+            self.data_path,
+            max_bytes_per_file=opts.max_bytes_per_file,
+            min_msg_size=MESSAGE_OVERHEAD,
+            max_msg_size=opts.max_msg_size + MESSAGE_OVERHEAD,
+            sync_every=opts.sync_every,
+            sync_timeout=opts.sync_timeout,
+            log=log,
+        )
+
+    def write_backend(self, backend: DiskQueue, records: list[bytes]) -> bool:
+        """Append records; True if the publisher must wait for the next fsync round."""
+        backend.put_many(records)
+        assert self.syncer is not None
+        return self.syncer.written(backend)
+
+    def note_backend_read(self, backend: DiskQueue) -> None:
+        """Reads move the queue's read position: let the next sync persist it."""
+        if self.syncer is not None:
+            self.syncer.written(backend)
+
+    def drop_backend(self, backend: DiskQueue) -> None:
+        if self.syncer is not None:
+            self.syncer.forget(backend)
+
+    def wait_durable(self, waiter: Waiter) -> None:
+        """Call ``waiter(error)`` once every write made so far is fsynced."""
+        assert self.syncer is not None
+        self.syncer.wait(waiter)
+
+    @property
+    def loading(self) -> bool:
+        """True while nsqd.dat is being loaded at start-up."""
+        return self._loading
+
+    # --- metadata (nsqd.dat) -------------------------------------------------------------------
+
+    def load_metadata(self) -> None:
+        """Recreate the topics, channels and pause flags recorded in nsqd.dat."""
+        self._loading = True
+        try:
+            for t in read_metadata(self.data_path):
+                name = t.get("name", "")
+                if not is_valid_topic_name(name):
+                    log.warning("skipping creation of invalid topic %s", name)
+                    continue
+                topic = self.get_topic(name)
+                if t.get("paused"):
+                    topic.paused = True
+                for c in t.get("channels") or []:
+                    cname = c.get("name", "")
+                    if not is_valid_topic_name(cname):
+                        log.warning("skipping creation of invalid channel %s", cname)
+                        continue
+                    ch = topic.get_channel(cname)
+                    if c.get("paused"):
+                        ch.paused = True
+        finally:
+            self._loading = False
+        for topic in self.topics.values():
+            topic.flow()
+
+    def metadata(self) -> list[dict[str, Any]]:
+        topics = []
+        for topic in self.topics.values():
+            if topic.ephemeral:
+                continue
+            chans = [
+                {"name": ch.name, "paused": ch.paused}
+                for ch in topic.channels.values()
+                if not ch.ephemeral
+            ]
+            topics.append({"name": topic.name, "paused": topic.paused, "channels": chans})
+        return topics
+
+    def persist_metadata(self) -> None:
+        """Write nsqd.dat atomically (blocking)."""
+        write_file_atomic(metadata_path(self.data_path), encode_metadata(self.metadata()))
 
     def on_channel_created(self, topic: Topic, channel: Any) -> None:
         self.on_metadata_changed()
@@ -219,7 +366,24 @@ class NSQD:
         self.on_metadata_changed()
 
     def on_metadata_changed(self) -> None:
-        return None
+        """Topics, channels or pause flags changed: persist nsqd.dat soon (coalesced)."""
+        if self._loading or self.exiting or self._loop is None:
+            return
+        self._metadata_pending = True
+        if self._metadata_task is None or self._metadata_task.done():
+            self._metadata_task = self._loop.create_task(self._persist_metadata_soon())
+
+    async def _persist_metadata_soon(self) -> None:
+        loop = self.loop
+        while self._metadata_pending:
+            self._metadata_pending = False
+            data = encode_metadata(self.metadata())
+            try:
+                await loop.run_in_executor(
+                    None, write_file_atomic, metadata_path(self.data_path), data
+                )
+            except OSError as e:
+                log.error("failed to persist metadata - %s", e)
 
     # --- periodic scan ------------------------------------------------------------------------
 

@@ -33,7 +33,6 @@ from ..protocol.frames import (
     encode_response,
 )
 from ..protocol.names import is_valid_channel_name, is_valid_topic_name
-from .channel import QueueFullError
 from .topic import TopicExitingError
 
 if TYPE_CHECKING:
@@ -105,6 +104,9 @@ class ClientV2(asyncio.Protocol):
         self._flush_now = False
         self._flush_timer: asyncio.TimerHandle | None = None
         self._write_paused_at = 0.0
+        #: responses held until a group-commit fsync covers this client's publishes
+        self._held = False
+        self._close_on_release = False
         self._hb_timer: asyncio.TimerHandle | None = None
         self._last_read = 0.0
         self._last_hb = 0.0
@@ -232,7 +234,7 @@ class ClientV2(asyncio.Protocol):
 
     def resume_writing(self) -> None:
         self._write_paused_at = 0.0
-        if self.transport is not None and not self.closed:
+        if self.transport is not None and not self.closed and not self._held:
             self.transport.resume_reading()
         if self.channel is not None:
             self.channel.schedule_pump()
@@ -245,7 +247,9 @@ class ClientV2(asyncio.Protocol):
         self._flush_now = True
 
     def flush(self) -> None:
-        """Write everything buffered now."""
+        """Write everything buffered now (unless held for an fsync)."""
+        if self._held:
+            return
         if self._flush_timer is not None:
             self._flush_timer.cancel()
             self._flush_timer = None
@@ -262,6 +266,9 @@ class ClientV2(asyncio.Protocol):
 
     def close_after_flush(self) -> None:
         """Send what is buffered, then close (after a fatal error)."""
+        if self._held:
+            self._close_on_release = True
+            return
         self.flush()
         self.closed = True
         if self.transport is not None:
@@ -275,6 +282,30 @@ class ClientV2(asyncio.Protocol):
         self.closed = True
         if self.transport is not None:
             self.transport.abort()
+
+    def _hold_for_sync(self) -> None:
+        """Hold this client's responses (and stop reading) until its writes are fsynced."""
+        if self._held:
+            return
+        self._held = True
+        if self.transport is not None:
+            self.transport.pause_reading()
+        self.nsqd.wait_durable(self._sync_done)
+
+    def _sync_done(self, err: BaseException | None) -> None:
+        self._held = False
+        if err is not None:
+            # never acknowledge what is not on disk: drop the connection, OKs unsent
+            log.error("[%s] disk sync failed - %s", self.remote_address, err)
+            self._out.clear()
+            self.abort()
+            return
+        if self._close_on_release:
+            self.close_after_flush()
+            return
+        self.flush()
+        if self.transport is not None and not self.closed and not self._write_paused_at:
+            self.transport.resume_reading()
 
     # --- heartbeats ---------------------------------------------------------------------------
 
@@ -650,7 +681,7 @@ class ClientV2(asyncio.Protocol):
                 msg.client = None
                 self.finish_count += 1
                 self.in_flight_count -= 1
-                if ch.queue and not ch._pump_scheduled:
+                if not ch._pump_scheduled:
                     ch.schedule_pump()
                 return
         msg_id = self._msg_id("FIN", params, 2)
@@ -709,12 +740,14 @@ class ClientV2(asyncio.Protocol):
         try:
             if nsqd.exiting:
                 raise TopicExitingError()
-            nsqd.get_topic(topic_name).put_bodies(bodies, defer)
-        except (TopicExitingError, QueueFullError) as e:
+            must_sync = nsqd.get_topic(topic_name).put_bodies(bodies, defer)
+        except (TopicExitingError, OSError) as e:
             raise _fatal(code, f"{cmd} failed {e}") from None
         pc = self.pub_counts
         pc[topic_name] = pc.get(topic_name, 0) + len(bodies)
         self._append(OK_FRAME)
+        if must_sync:
+            self._hold_for_sync()
 
     def _pub(self, params: list[bytes], body: bytes | None) -> None:
         assert body is not None

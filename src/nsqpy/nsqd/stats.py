@@ -166,18 +166,6 @@ def _e2e_text(result: dict[str, Any]) -> str:
     return ", ".join(nanoseconds_to_human(p["value"]) for p in pcts)
 
 
-# --- backends (DiskQueue not built yet) -------------------------------------------------------
-
-
-def _backend_depth(q: Topic | Channel) -> int:
-    """Messages in the topic's/channel's DiskQueue. No DiskQueue yet: always 0.
-
-    When backends land this is ``q.backend.depth()`` (and ``q.depth`` must count memory +
-    backend, as Go's ``Depth()`` does).
-    """
-    return 0
-
-
 # --- topics, channels, clients ----------------------------------------------------------------
 
 
@@ -211,8 +199,8 @@ def channel_stats(
     clients = channel.clients
     return {
         "channel_name": channel.name,
-        "depth": channel.depth + _backend_depth(channel),
-        "backend_depth": _backend_depth(channel),
+        "depth": channel.depth,
+        "backend_depth": channel.backend_depth,
         "in_flight_count": len(channel.in_flight),
         "deferred_count": channel.deferred_count,
         "message_count": channel.message_count,
@@ -233,8 +221,8 @@ def topic_stats(topic: Topic, channels: list[dict[str, Any]]) -> dict[str, Any]:
     return {
         "topic_name": topic.name,
         "channels": channels,
-        "depth": topic.depth + _backend_depth(topic),
-        "backend_depth": _backend_depth(topic),
+        "depth": topic.depth,
+        "backend_depth": topic.backend_depth,
         "message_count": topic.message_count,
         "message_bytes": topic.message_bytes,
         "paused": topic.paused,

@@ -1,0 +1,988 @@
+"""DiskQueue: NSQ's file-backed FIFO, byte-compatible with go-diskqueue v1.1.0 (nsqd 1.3.0).
+
+On disk, in ``data_path``:
+
+- ``<name>.diskqueue.%06d.dat`` segments of ``[int32 BE length][data]`` records, append only.
+  A put rolls to the next segment *before* writing when ``write_pos > 0`` and the record
+  would take the segment past ``max_bytes_per_file`` (so a segment may end exactly at the
+  limit, and a record larger than the limit gets a segment to itself).
+- ``<name>.diskqueue.meta.dat``: ``"%d\\n%d,%d\\n%d,%d\\n"`` = depth, read file,pos, write
+  file,pos; replaced atomically (temp file, fsync, rename, fsync of the directory).
+- ``<segment>.bad``: a segment the reader found corrupt, renamed aside.
+
+Readers of a finished segment (one before the write segment) take its end from the file's
+real size, as go-diskqueue v1.1 does, so either implementation reads the other's directory.
+
+The class is synchronous and single-threaded (the daemon's event loop), except for
+:class:`SyncJob`: :meth:`DiskQueue.prepare_sync` is cheap and runs on the loop, and the
+job's :meth:`SyncJob.run` (fsync + metadata) may run in a worker thread meanwhile. Writes go
+straight to the OS (``pwrite``, one call per :meth:`DiskQueue.put` or per segment for
+:meth:`DiskQueue.put_many`), so there is no Python-side buffer a crash could lose and nothing
+the job shares with the loop but the file descriptors it owns.
+
+Beyond go-diskqueue: opening after a crash recovers records written past a stale
+metadata write position (in the write segment and in later segments) and truncates a torn
+trailing record, instead of skipping to a new file; depth stays exact after corruption or
+lost segments (it is recounted from the files), and the reader never renames a fully read
+segment to ``.bad`` at a roll boundary (go-diskqueue issue #42).
+"""
+
+from __future__ import annotations
+
+import errno
+import logging
+import os
+import random
+import re
+import struct
+import threading
+import time
+from collections.abc import Sequence
+from typing import NoReturn
+
+__all__ = [
+    "DiskQueue",
+    "DiskQueueClosedError",
+    "DiskQueueError",
+    "DiskQueueWriteError",
+    "InvalidMessageSizeError",
+    "SyncJob",
+]
+
+_HDR = struct.Struct(">i")
+_pack_len = _HDR.pack
+_unpack_len = _HDR.unpack_from
+_pwrite = os.pwrite
+
+#: Bytes read from a segment at a time (the most a queue's read buffer holds, beyond one
+#: record); the buffer is dropped whenever it is fully consumed.
+READ_CHUNK = 1 << 16
+
+_META_FMT = "%d\n%d,%d\n%d,%d\n"
+_META_RE = re.compile(rb"(-?\d+)\n(-?\d+),(-?\d+)\n(-?\d+),(-?\d+)(?:\n|$)")
+
+
+class DiskQueueError(Exception):
+    """Base class of DiskQueue errors."""
+
+
+class DiskQueueClosedError(DiskQueueError):
+    """The queue was closed or deleted (go-diskqueue says ``exiting``)."""
+
+
+class InvalidMessageSizeError(DiskQueueError, ValueError):
+    """A record is shorter than min_msg_size or longer than max_msg_size; nothing was written."""
+
+
+class DiskQueueWriteError(DiskQueueError):
+    """Writing to a segment failed. ``written`` records of the call were stored before it."""
+
+    def __init__(self, message: str, written: int) -> None:
+        super().__init__(message)
+        self.written = written
+
+
+def _fsync_dir(path: str) -> None:
+    fd = os.open(path, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0))
+    try:
+        os.fsync(fd)
+    except OSError as e:  # some filesystems cannot fsync a directory
+        if e.errno not in (errno.EINVAL, errno.ENOTSUP):
+            raise
+    finally:
+        os.close(fd)
+
+
+def _close_quietly(fd: int) -> None:
+    try:
+        os.close(fd)
+    except OSError:
+        pass
+
+
+class SyncJob:
+    """One fsync round for one queue, prepared on the loop, run anywhere (once).
+
+    It owns its file descriptors (duplicates of the write segment's, and the segments retired
+    by roll-overs since the previous round) and a snapshot of the metadata text, so the loop
+    may keep writing, reading, rolling and deleting while :meth:`run` blocks.
+    """
+
+    __slots__ = ("_queue", "_fds", "_meta", "_seq", "_epoch", "_dir_first")
+
+    def __init__(
+        self,
+        queue: DiskQueue,
+        fds: list[int],
+        meta: str | None,
+        seq: int,
+        epoch: int,
+        dir_first: bool,
+    ) -> None:
+        self._queue = queue
+        self._fds = fds
+        self._meta = meta
+        self._seq = seq
+        self._epoch = epoch
+        self._dir_first = dir_first
+
+    def run(self) -> None:
+        """fsync the data, then write the metadata atomically; raises OSError on failure."""
+        q = self._queue
+        fds, self._fds = self._fds, []
+        meta, self._meta = self._meta, None
+        err: OSError | None = None
+        try:
+            for fd in fds:
+                try:
+                    os.fsync(fd)
+                except OSError as e:
+                    if err is None:
+                        err = e
+        finally:
+            for fd in fds:
+                _close_quietly(fd)
+        try:
+            if err is not None:
+                raise err
+            if meta is not None:
+                if self._dir_first:
+                    # new segment files must be durable before metadata can name them
+                    _fsync_dir(q.data_path)
+                q._persist_metadata(meta, self._seq, self._epoch)
+        except OSError as e:
+            q._sync_failed()
+            q._log.error("DISKQUEUE(%s) failed to sync - %s", q.name, e)
+            raise
+
+
+class DiskQueue:
+    """A filesystem-backed FIFO of byte records in go-diskqueue v1.1.0's format."""
+
+    __slots__ = (
+        "name", "data_path", "max_bytes_per_file", "min_msg_size", "max_msg_size",
+        "sync_every", "sync_timeout", "_log",
+        "depth", "read_file_num", "read_pos", "write_file_num", "write_pos",
+        "_prefix", "_meta_path", "_segment_re",
+        "_wfd", "_wdirty", "_created", "_retired",
+        "_rfd", "_rbuf", "_rbuf_pos", "_rsize",
+        "_ops", "_need_sync", "_last_sync", "_last_meta",
+        "_lock", "_epoch", "_seq", "_meta_seq", "_closed",
+    )
+
+    def __init__(
+        self,
+        name: str,
+        data_path: str,
+        *,
+        max_bytes_per_file: int,
+        min_msg_size: int,
+        max_msg_size: int,
+        sync_every: int,
+        sync_timeout: float,
+        log: logging.Logger | None = None,
+    ) -> None:
+        self.name = name
+        self.data_path = data_path or "."
+        self.max_bytes_per_file = max_bytes_per_file
+        self.min_msg_size = min_msg_size
+        self.max_msg_size = max_msg_size
+        self.sync_every = max(1, sync_every)
+        self.sync_timeout = sync_timeout
+        self._log = log or logging.getLogger("nsqd.diskqueue")
+
+        #: Records written and not yet read.
+        self.depth = 0
+        self.read_file_num = 0
+        self.read_pos = 0
+        self.write_file_num = 0
+        self.write_pos = 0
+
+        self._prefix = os.path.join(self.data_path, name + ".diskqueue.")
+        self._meta_path = self._prefix + "meta.dat"
+        self._segment_re = re.compile(re.escape(name) + r"\.diskqueue\.(\d+)\.dat")
+
+        # writer
+        self._wfd: int | None = None
+        self._wdirty = False  # written since the last prepare_sync
+        self._created = False  # a segment was opened/created since the last prepare_sync
+        self._retired: list[int] = []  # rolled-over segments awaiting their fsync
+        # reader: _rbuf holds the segment's bytes from file offset _rbuf_pos on
+        self._rfd: int | None = None
+        self._rbuf = b""
+        self._rbuf_pos = 0
+        self._rsize = -1  # end of the (finished) read segment, -1 if not known yet
+        # sync policy
+        self._ops = 0
+        self._need_sync = False
+        self._last_sync = time.monotonic()
+        self._last_meta: str | None = None
+        # shared with SyncJob threads (under _lock)
+        self._lock = threading.Lock()
+        self._epoch = 0  # bumped by empty()/delete(): older jobs must not write metadata
+        self._seq = 0
+        self._meta_seq = 0
+        self._closed = False
+
+        self._open()
+
+    # ------------------------------------------------------------------ names
+
+    def file_name(self, file_num: int) -> str:
+        return "%s%06d.dat" % (self._prefix, file_num)
+
+    def metadata_file_name(self) -> str:
+        return self._meta_path
+
+    def metadata_text(self) -> str:
+        return _META_FMT % (
+            self.depth,
+            self.read_file_num,
+            self.read_pos,
+            self.write_file_num,
+            self.write_pos,
+        )
+
+    # ------------------------------------------------------------------ writing
+
+    def put(self, data: bytes) -> None:
+        """Append one record. Raises InvalidMessageSizeError, DiskQueueWriteError."""
+        n = len(data)
+        if n < self.min_msg_size or n > self.max_msg_size or self._closed:
+            self._reject(n)
+        total = n + 4
+        pos = self.write_pos
+        if pos and pos + total > self.max_bytes_per_file:
+            self._roll()
+            pos = 0
+        fd = self._wfd
+        if fd is None:
+            fd = self._open_write_file()
+        try:
+            written = _pwrite(fd, _pack_len(n) + data, pos)
+        except OSError as e:
+            self._write_failed(fd, pos, e, 0)
+        if written != total:
+            self._pwrite_rest(fd, _pack_len(n) + data, pos, written, 0)
+        self.write_pos = pos + total
+        self.depth += 1
+        self._ops += 1
+        self._wdirty = True
+
+    def _reject(self, n: int) -> NoReturn:
+        if self._closed:
+            raise DiskQueueClosedError("exiting")
+        raise InvalidMessageSizeError(
+            "invalid message write size (%d) minMsgSize=%d maxMsgSize=%d"
+            % (n, self.min_msg_size, self.max_msg_size)
+        )
+
+    def put_many(self, records: Sequence[bytes]) -> None:
+        """Append records in order with one write per segment touched.
+
+        Sizes are checked first: if any is out of range nothing is written. On an I/O error
+        the records before the failing segment's batch stay written
+        (``DiskQueueWriteError.written``).
+        """
+        if self._closed:
+            self._reject(0)
+        if not records:
+            return
+        mn = self.min_msg_size
+        mx = self.max_msg_size
+        if min(map(len, records)) < mn or max(map(len, records)) > mx:
+            bad = next(len(r) for r in records if len(r) < mn or len(r) > mx)
+            raise InvalidMessageSizeError(
+                "invalid message write size (%d) minMsgSize=%d maxMsgSize=%d" % (bad, mn, mx)
+            )
+        limit = self.max_bytes_per_file
+        pack = _pack_len
+        start = pos = self.write_pos
+        parts: list[bytes] = []
+        append = parts.append
+        count = 0
+        done = 0
+        for r in records:
+            n = len(r)
+            if pos > 0 and pos + n + 4 > limit:
+                if count:
+                    self._write_batch(parts, count, start, done)
+                    done += count
+                self._roll()
+                start = pos = 0
+                parts = []
+                append = parts.append
+                count = 0
+            append(pack(n))
+            append(r)
+            pos += n + 4
+            count += 1
+        self._write_batch(parts, count, start, done)
+
+    def _write_batch(self, parts: list[bytes], count: int, start: int, done: int) -> None:
+        fd = self._wfd
+        if fd is None:
+            fd = self._open_write_file(done)
+        buf = b"".join(parts)
+        self._pwrite(fd, buf, start, done)
+        self.write_pos = start + len(buf)
+        self.depth += count
+        self._ops += count
+        self._wdirty = True
+
+    def _pwrite(self, fd: int, buf: bytes, pos: int, done: int) -> None:
+        try:
+            written = _pwrite(fd, buf, pos)
+        except OSError as e:
+            self._write_failed(fd, pos, e, done)
+        if written != len(buf):
+            self._pwrite_rest(fd, buf, pos, written, done)
+
+    def _pwrite_rest(self, fd: int, buf: bytes, pos: int, written: int, done: int) -> None:
+        view = memoryview(buf)
+        try:
+            while written < len(buf):
+                written += _pwrite(fd, view[written:], pos + written)
+        except OSError as e:
+            self._write_failed(fd, pos, e, done)
+
+    def _write_failed(self, fd: int, pos: int, e: OSError, done: int) -> NoReturn:
+        # drop any partial record so the segment never holds bytes past write_pos
+        try:
+            os.ftruncate(fd, pos)
+        except OSError:
+            pass
+        path = self.file_name(self.write_file_num)
+        self._log.error("DISKQUEUE(%s) failed to write to %s - %s", self.name, path, e)
+        raise DiskQueueWriteError(str(e), done) from e
+
+    def _open_write_file(self, done: int = 0) -> int:
+        path = self.file_name(self.write_file_num)
+        try:
+            fd = os.open(path, os.O_WRONLY | os.O_CREAT, 0o600)
+        except OSError as e:
+            self._log.error("DISKQUEUE(%s) failed to open %s - %s", self.name, path, e)
+            raise DiskQueueWriteError(str(e), done) from e
+        self._log.info("DISKQUEUE(%s): writeOne() opened %s", self.name, path)
+        self._wfd = fd
+        self._created = True
+        return fd
+
+    def _roll(self) -> None:
+        """Start the next segment; the old one is fsynced by the next sync round."""
+        old = self.write_file_num
+        fd = self._wfd
+        if fd is not None:
+            if self._wdirty:
+                self._retired.append(fd)
+            else:
+                os.close(fd)
+            self._wfd = None
+            self._wdirty = False
+        if self.read_file_num == old:
+            if self.read_pos >= self.write_pos:
+                # the reader has consumed the whole segment: move it on now, rather than
+                # leave metadata pointing at the end of a finished file
+                self._close_read_file()
+                self.read_file_num = old + 1
+                self.read_pos = 0
+                self._remove_segment(old)
+            else:
+                self._rsize = self.write_pos
+        self.write_file_num = old + 1
+        self.write_pos = 0
+        # go-diskqueue syncs every time it starts writing a new file
+        self._need_sync = True
+
+    # ------------------------------------------------------------------ reading
+
+    def read(self, max_count: int) -> list[bytes]:
+        """Consume up to ``max_count`` records in order (fewer if the queue runs dry)."""
+        if self._closed:
+            raise DiskQueueClosedError("exiting")
+        out: list[bytes] = []
+        if max_count <= 0:
+            return out
+        mn = self.min_msg_size
+        mx = self.max_msg_size
+        unpack = _unpack_len
+        append = out.append
+        while len(out) < max_count:
+            finished = self.read_file_num < self.write_file_num
+            if not finished and self.read_pos >= self.write_pos:
+                break
+            if self._rfd is None and not self._open_read_file():
+                continue
+            if finished:
+                limit = self._rsize
+                if limit < 0:
+                    limit = self._rsize = os.fstat(self._rfd).st_size  # type: ignore[arg-type]
+                if self.read_pos >= limit:
+                    self._next_read_file()
+                    continue
+            else:
+                limit = self.write_pos
+
+            buf = self._rbuf
+            blen = len(buf)
+            pos = self.read_pos
+            off = pos - self._rbuf_pos
+            want = max_count - len(out)
+            got = 0
+            need = 0
+            bad: str | None = None
+            while got < want and pos < limit:
+                if off + 4 > blen:
+                    need = 4
+                    break
+                n = unpack(buf, off)[0]
+                if n < mn or n > mx:
+                    bad = "invalid message read size (%d)" % n
+                    break
+                end = off + 4 + n
+                if end > blen:
+                    need = 4 + n
+                    break
+                append(buf[off + 4 : end])
+                off = end
+                pos += 4 + n
+                got += 1
+            if got:
+                self.read_pos = pos
+                self.depth -= got
+                self._ops += got
+            if bad is not None:
+                self._handle_read_error(bad)
+                continue
+            if need:
+                if pos + need > limit:
+                    self._handle_read_error(
+                        "short read: %d bytes left for a %d byte record" % (limit - pos, need)
+                    )
+                    continue
+                have = blen - off
+                file_end = self._rbuf_pos + blen
+                size = min(max(READ_CHUNK, need - have), limit - file_end)
+                try:
+                    data = os.pread(self._rfd, size, file_end)  # type: ignore[arg-type]
+                except OSError as e:
+                    self._handle_read_error(str(e))
+                    continue
+                if have + len(data) < need:
+                    self._handle_read_error("short read (unexpected EOF)")
+                    continue
+                self._rbuf = buf[off:] + data if have else data
+                self._rbuf_pos = pos
+                continue
+            if finished and pos >= limit:
+                self._next_read_file()
+        if self._rbuf and self.read_pos >= self._rbuf_pos + len(self._rbuf):
+            self._rbuf = b""  # idle queues keep no buffer
+            self._rbuf_pos = self.read_pos
+        if self.depth and self.read_pos == self.write_pos:
+            self._check_tail()
+        return out
+
+    def _open_read_file(self) -> bool:
+        path = self.file_name(self.read_file_num)
+        try:
+            fd = os.open(path, os.O_RDONLY)
+        except OSError as e:
+            self._handle_read_error(str(e))
+            return False
+        self._log.info("DISKQUEUE(%s): readOne() opened %s", self.name, path)
+        self._rfd = fd
+        self._rbuf = b""
+        self._rbuf_pos = self.read_pos
+        self._rsize = -1
+        return True
+
+    def _close_read_file(self) -> None:
+        if self._rfd is not None:
+            _close_quietly(self._rfd)
+            self._rfd = None
+        self._rbuf = b""
+        self._rbuf_pos = 0
+        self._rsize = -1
+
+    def _next_read_file(self) -> None:
+        """The finished read segment is consumed: delete it and move to the next one."""
+        old = self.read_file_num
+        self._close_read_file()
+        self.read_file_num = old + 1
+        self.read_pos = 0
+        # go-diskqueue syncs every time it starts reading from a new file
+        self._need_sync = True
+        self._remove_segment(old)
+
+    def _remove_segment(self, file_num: int) -> None:
+        path = self.file_name(file_num)
+        try:
+            os.remove(path)
+        except OSError as e:
+            self._log.error("DISKQUEUE(%s) failed to Remove(%s) - %s", self.name, path, e)
+
+    def _handle_read_error(self, reason: str) -> None:
+        """Rename the unreadable read segment to ``.bad`` and move on to the next one."""
+        rfn = self.read_file_num
+        path = self.file_name(rfn)
+        self._log.error(
+            "DISKQUEUE(%s) reading at %d of %s - %s", self.name, self.read_pos, path, reason
+        )
+        self._close_read_file()
+        if rfn == self.write_file_num:
+            # the write segment itself is unreadable: abandon it for writes too
+            if self._wfd is not None:
+                if self._wdirty:
+                    self._retired.append(self._wfd)
+                else:
+                    _close_quietly(self._wfd)
+                self._wfd = None
+                self._wdirty = False
+            self.write_file_num += 1
+            self.write_pos = 0
+        if os.path.exists(path):
+            bad = path + ".bad"
+            self._log.warning(
+                "DISKQUEUE(%s) jump to next file and saving bad file as %s", self.name, bad
+            )
+            try:
+                os.rename(path, bad)
+            except OSError as e:
+                self._log.error(
+                    "DISKQUEUE(%s) failed to rename bad diskqueue file %s to %s - %s",
+                    self.name, path, bad, e,
+                )
+        self.read_file_num = rfn + 1
+        self.read_pos = 0
+        self._need_sync = True
+        # the records lost with the bad segment are unknown: count what is left
+        depth = self._count_remaining()
+        if depth != self.depth:
+            self._log.warning(
+                "DISKQUEUE(%s) depth %d -> %d after skipping %s", self.name, self.depth, depth, path
+            )
+            self.depth = depth
+        self._check_tail()
+
+    def _check_tail(self) -> None:
+        if (
+            self.depth != 0
+            and self.read_file_num == self.write_file_num
+            and self.read_pos == self.write_pos
+        ):
+            self._log.error(
+                "DISKQUEUE(%s) %s depth at tail (%d), resetting 0...",
+                self.name,
+                "negative" if self.depth < 0 else "positive",
+                self.depth,
+            )
+            self.depth = 0
+            self._need_sync = True
+
+    # ------------------------------------------------------------------ sync
+
+    def needs_sync(self, now: float | None = None) -> bool:
+        """True after sync_every reads+writes, a roll-over or a read error, or when there was
+        activity and sync_timeout has passed since the last sync (``now``: time.monotonic())."""
+        if self._closed:
+            return False
+        if self._need_sync:
+            return True
+        ops = self._ops
+        if ops == 0:
+            return False
+        if ops >= self.sync_every:
+            return True
+        if now is None:
+            now = time.monotonic()
+        return now - self._last_sync >= self.sync_timeout
+
+    def prepare_sync(self) -> SyncJob:
+        """Snapshot what must be made durable (cheap, on the loop thread)."""
+        self._ops = 0
+        self._need_sync = False
+        self._last_sync = time.monotonic()
+        if self._closed:
+            return SyncJob(self, [], None, 0, self._epoch, False)
+        fds, self._retired = self._retired, []
+        if self._wfd is not None and self._wdirty:
+            fds.append(os.dup(self._wfd))
+            self._wdirty = False
+        meta: str | None = self.metadata_text()
+        if meta == self._last_meta and not fds:
+            meta = None
+        else:
+            self._last_meta = meta
+        self._seq += 1
+        dir_first = self._created
+        self._created = False
+        return SyncJob(self, fds, meta, self._seq, self._epoch, dir_first)
+
+    def sync(self) -> None:
+        """fsync and persist the metadata now, blocking."""
+        self.prepare_sync().run()
+
+    def _sync_failed(self) -> None:
+        # called from a SyncJob thread: plain stores, read by the loop later
+        self._need_sync = True
+        self._last_meta = None
+
+    def _persist_metadata(self, text: str, seq: int, epoch: int) -> None:
+        tmp = "%s.%d.tmp" % (self._meta_path, random.getrandbits(63))
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        try:
+            try:
+                os.write(fd, text.encode())
+                os.fsync(fd)
+            finally:
+                os.close(fd)
+            with self._lock:
+                if epoch != self._epoch or seq <= self._meta_seq:
+                    # emptied/deleted meanwhile, or a newer round already won
+                    try:
+                        os.remove(tmp)
+                    except FileNotFoundError:
+                        pass
+                    return
+                os.replace(tmp, self._meta_path)
+                self._meta_seq = seq
+        except BaseException:
+            try:
+                os.remove(tmp)
+            except OSError:
+                pass
+            raise
+        _fsync_dir(self.data_path)
+
+    # ------------------------------------------------------------------ lifecycle
+
+    def empty(self) -> None:
+        """Drop every record: delete the segments and the metadata; depth 0."""
+        if self._closed:
+            raise DiskQueueClosedError("exiting")
+        self._log.info("DISKQUEUE(%s): emptying", self.name)
+        self._close_files()
+        with self._lock:
+            self._epoch += 1
+            try:
+                os.remove(self._meta_path)
+            except FileNotFoundError:
+                pass
+            except OSError as e:
+                self._log.error(
+                    "DISKQUEUE(%s) failed to remove metadata file - %s", self.name, e
+                )
+        for n in range(self.read_file_num, self.write_file_num + 1):
+            path = self.file_name(n)
+            try:
+                os.remove(path)
+            except FileNotFoundError:
+                pass
+            except OSError as e:
+                self._log.error("DISKQUEUE(%s) failed to remove data file - %s", self.name, e)
+        self.write_file_num += 1
+        self.write_pos = 0
+        self.read_file_num = self.write_file_num
+        self.read_pos = 0
+        self.depth = 0
+        self._ops = 0
+        self._need_sync = False
+        self._last_meta = None
+
+    def delete(self) -> None:
+        """Close without syncing and remove every segment and the metadata of this queue."""
+        if not self._closed:
+            self._log.info("DISKQUEUE(%s): deleting", self.name)
+        self._closed = True
+        self._close_files()
+        with self._lock:
+            self._epoch += 1
+            for fn in self._own_files():
+                if fn.endswith(".bad"):
+                    continue  # corrupt segments are kept for inspection, as NSQ does
+                try:
+                    os.remove(os.path.join(self.data_path, fn))
+                except OSError as e:
+                    if e.errno != errno.ENOENT:
+                        self._log.error("DISKQUEUE(%s) failed to remove %s - %s", self.name, fn, e)
+        self.depth = 0
+
+    def close(self) -> None:
+        """Sync (data and metadata) and close; reopening resumes exactly here."""
+        if self._closed:
+            return
+        self._log.info("DISKQUEUE(%s): closing", self.name)
+        try:
+            self.sync()
+        finally:
+            self._closed = True
+            self._close_files()
+
+    @property
+    def closed(self) -> bool:
+        return self._closed
+
+    def _close_files(self) -> None:
+        self._close_read_file()
+        if self._wfd is not None:
+            _close_quietly(self._wfd)
+            self._wfd = None
+        self._wdirty = False
+        for fd in self._retired:
+            _close_quietly(fd)
+        self._retired = []
+
+    def _own_files(self) -> list[str]:
+        """Names in data_path that belong to this queue (segments, .bad, metadata, temps)."""
+        head = self.name + ".diskqueue."
+        meta = head + "meta.dat"
+        out = []
+        try:
+            names = os.listdir(self.data_path)
+        except FileNotFoundError:
+            return out
+        for fn in names:
+            if not fn.startswith(head):
+                continue
+            if fn == meta or (fn.startswith(meta + ".") and fn.endswith(".tmp")):
+                out.append(fn)
+            elif self._segment_re.fullmatch(fn.removesuffix(".bad")):
+                out.append(fn)
+        return out
+
+    def __repr__(self) -> str:
+        return "DiskQueue(%r, depth=%d, read=%d:%d, write=%d:%d)" % (
+            self.name,
+            self.depth,
+            self.read_file_num,
+            self.read_pos,
+            self.write_file_num,
+            self.write_pos,
+        )
+
+    # ------------------------------------------------------------------ open and recovery
+
+    def _open(self) -> None:
+        meta = self._read_metadata()
+        if meta is None:
+            self._recover_from_files()
+            return
+        depth, rfn, rpos, wfn, wpos = meta
+        if min(meta[1:]) < 0 or rfn > wfn or (rfn == wfn and rpos > wpos):
+            self._log.error(
+                "DISKQUEUE(%s) inconsistent metadata %r, recovering from the segment files",
+                self.name,
+                meta,
+            )
+            self._recover_from_files()
+            return
+        self._recover_from_metadata(depth, rfn, rpos, wfn, wpos)
+
+    def _read_metadata(self) -> tuple[int, int, int, int, int] | None:
+        try:
+            with open(self._meta_path, "rb") as f:
+                raw = f.read(4096)
+        except FileNotFoundError:
+            return None
+        m = _META_RE.match(raw)
+        if m is None:
+            self._log.error(
+                "DISKQUEUE(%s) failed to retrieveMetaData - unparseable %r", self.name, raw[:100]
+            )
+            return None
+        d, rfn, rpos, wfn, wpos = (int(x) for x in m.groups())
+        return d, rfn, rpos, wfn, wpos
+
+    def _recover_from_metadata(self, depth: int, rfn: int, rpos: int, wfn: int, wpos: int) -> None:
+        recount = False
+        recovered = 0
+        changed = False
+
+        # the reader may have consumed (and deleted) segments after the metadata was written
+        while rfn < wfn and not os.path.exists(self.file_name(rfn)):
+            self._log.warning(
+                "DISKQUEUE(%s) read file %s is missing, skipping it",
+                self.name,
+                self.file_name(rfn),
+            )
+            rfn += 1
+            rpos = 0
+            recount = True
+        if rfn < wfn and rpos > 0:
+            rsize = os.stat(self.file_name(rfn)).st_size
+            if rpos > rsize:
+                self._log.error(
+                    "DISKQUEUE(%s) metadata readPos %d is past the end of %s (%d bytes)",
+                    self.name, rpos, self.file_name(rfn), rsize,
+                )
+                rpos = rsize
+                recount = True
+
+        # records written past the metadata's write position (a crash before the next sync)
+        path = self.file_name(wfn)
+        try:
+            size = os.stat(path).st_size
+        except FileNotFoundError:
+            size = -1
+        if size < 0:
+            if wpos > 0:
+                self._log.error(
+                    "DISKQUEUE(%s) write file %s is missing (metadata writePos %d)",
+                    self.name, path, wpos,
+                )
+                wpos = 0
+                if rfn == wfn:
+                    rpos = 0
+                recount = True
+        elif size < wpos:
+            # the file lost bytes the metadata counted: keep what is whole
+            self._log.error(
+                "DISKQUEUE(%s) %s is %d bytes, shorter than metadata writePos %d",
+                self.name, path, size, wpos,
+            )
+            if rfn == wfn and rpos >= size:
+                rpos = wpos = size  # nothing unread survives; append after what is there
+            else:
+                start = rpos if rfn == wfn else 0
+                _, end, _ = self._scan(path, start)  # type: ignore[misc]
+                if end < size:
+                    self._truncate(path, end, size)
+                wpos = end
+            recount = True
+        elif size > wpos:
+            count, end, _ = self._scan(path, wpos)
+            if end < size:
+                self._truncate(path, end, size)
+            if count or end != wpos:
+                self._log.warning(
+                    "DISKQUEUE(%s) recovered %d records in %s past metadata writePos %d",
+                    self.name, count, path, wpos,
+                )
+            recovered += count
+            wpos = end
+            changed = True
+
+        # segments started after the metadata was written
+        n = wfn + 1
+        while True:
+            path = self.file_name(n)
+            r = self._scan(path, 0)
+            if r is None:
+                break
+            count, end, size = r
+            if end < size:
+                self._truncate(path, end, size)
+            self._log.warning(
+                "DISKQUEUE(%s) recovered %d records in %s, newer than the metadata",
+                self.name, count, path,
+            )
+            recovered += count
+            wfn = n
+            wpos = end
+            changed = True
+            n += 1
+
+        self.read_file_num = rfn
+        self.read_pos = rpos
+        self.write_file_num = wfn
+        self.write_pos = wpos
+        self.depth = depth + recovered
+        if recount or self.depth < 0:
+            self.depth = self._count_remaining()
+            changed = True
+            self._log.warning(
+                "DISKQUEUE(%s) metadata depth %d recounted as %d", self.name, depth, self.depth
+            )
+        if changed:
+            self._need_sync = True
+        self._check_tail()
+
+    def _recover_from_files(self) -> None:
+        nums = sorted(
+            int(m.group(1))
+            for m in map(self._segment_re.fullmatch, self._own_files())
+            if m is not None
+        )
+        if not nums:
+            return
+        depth = 0
+        end = 0
+        for n in nums:
+            path = self.file_name(n)
+            r = self._scan(path, 0)
+            if r is None:
+                continue
+            count, end, size = r
+            if end < size:
+                self._truncate(path, end, size)
+            depth += count
+        self.read_file_num = nums[0]
+        self.read_pos = 0
+        self.write_file_num = nums[-1]
+        self.write_pos = end
+        self.depth = depth
+        self._need_sync = True
+        self._log.warning(
+            "DISKQUEUE(%s) no usable metadata: recovered %d records from segments %d..%d",
+            self.name, depth, nums[0], nums[-1],
+        )
+
+    def _scan(self, path: str, start: int, limit: int = -1) -> tuple[int, int, int] | None:
+        """Walk whole valid records from ``start``: (count, end of the last one, file size).
+
+        Stops at the first length out of [min, max] or record past the end of the file (or
+        past ``limit``). None if the file does not exist.
+        """
+        try:
+            fd = os.open(path, os.O_RDONLY)
+        except FileNotFoundError:
+            return None
+        try:
+            size = os.fstat(fd).st_size
+            end_at = size if limit < 0 else min(size, limit)
+            mn = self.min_msg_size
+            mx = self.max_msg_size
+            count = 0
+            pos = start
+            buf = b""
+            bpos = start
+            while pos + 4 <= end_at:
+                off = pos - bpos
+                if off < 0 or off + 4 > len(buf):
+                    buf = os.pread(fd, READ_CHUNK, pos)
+                    bpos = pos
+                    off = 0
+                    if len(buf) < 4:
+                        break
+                n = _unpack_len(buf, off)[0]
+                if n < mn or n > mx or pos + 4 + n > end_at:
+                    break
+                pos += 4 + n
+                count += 1
+            return count, pos, size
+        finally:
+            os.close(fd)
+
+    def _count_remaining(self) -> int:
+        """Readable records from the read position to the write position, from the files."""
+        total = 0
+        wfn = self.write_file_num
+        for n in range(self.read_file_num, wfn + 1):
+            start = self.read_pos if n == self.read_file_num else 0
+            r = self._scan(self.file_name(n), start, self.write_pos if n == wfn else -1)
+            if r is not None:
+                total += r[0]
+        return total
+
+    def _truncate(self, path: str, end: int, size: int) -> None:
+        self._log.warning(
+            "DISKQUEUE(%s) truncating %s from %d to %d bytes (torn or corrupt tail)",
+            self.name, path, size, end,
+        )
+        fd = os.open(path, os.O_WRONLY)
+        try:
+            os.ftruncate(fd, end)
+            os.fsync(fd)
+        finally:
+            os.close(fd)

@@ -1,0 +1,104 @@
+"""``nsqd.dat`` (topics, channels, paused flags) and the data-path lock, in NSQ 1.x's format.
+
+``{"topics":[{"channels":[{"name":"c","paused":false}],"name":"t","paused":false}],"version":"1.3.0"}``,
+written to ``nsqd.dat.<rand>.tmp``, fsynced and renamed over ``nsqd.dat``. ``#ephemeral``
+topics and channels are never written.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import json
+import os
+import random
+from typing import Any
+
+from .. import NSQ_VERSION
+
+METADATA_FILE = "nsqd.dat"
+
+
+def metadata_path(data_path: str) -> str:
+    return os.path.join(data_path or ".", METADATA_FILE)
+
+
+def fsync_dir(path: str) -> None:
+    fd = os.open(path or ".", os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def write_file_atomic(path: str, data: bytes, tmp_suffix: str | None = None) -> None:
+    """Write ``data`` to a temp file, fsync it, rename it over ``path``, fsync the directory."""
+    tmp = f"{path}.{tmp_suffix if tmp_suffix is not None else random.getrandbits(63)}.tmp"
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    try:
+        view = memoryview(data)
+        while view:
+            n = os.write(fd, view)
+            view = view[n:]
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+    os.replace(tmp, path)
+    fsync_dir(os.path.dirname(path))
+
+
+def encode_metadata(topics: list[dict[str, Any]]) -> bytes:
+    return json.dumps({"topics": topics, "version": NSQ_VERSION}, separators=(",", ":")).encode()
+
+
+def read_metadata(data_path: str) -> list[dict[str, Any]]:
+    """The topics recorded in ``nsqd.dat`` (empty when there is none)."""
+    path = metadata_path(data_path)
+    try:
+        with open(path, "rb") as f:
+            raw = f.read()
+    except FileNotFoundError:
+        return []
+    if not raw.strip():
+        return []
+    try:
+        doc = json.loads(raw)
+    except ValueError as e:
+        raise ValueError(f"failed to parse metadata in {path} - {e}") from None
+    topics = doc.get("topics") if isinstance(doc, dict) else None
+    if topics is None:
+        return []
+    if not isinstance(topics, list):
+        raise ValueError(f"failed to parse metadata in {path} - topics is not a list")
+    return topics
+
+
+class DataPathLock:
+    """``flock(LOCK_EX|LOCK_NB)`` on the data directory itself, as the Go nsqd does, so
+    neither daemon can share a directory with another running instance."""
+
+    def __init__(self, data_path: str) -> None:
+        self.path = data_path or "."
+        self._fd: int | None = None
+
+    def acquire(self) -> None:
+        try:
+            fd = os.open(self.path, os.O_RDONLY)
+        except OSError as e:
+            raise RuntimeError(f"open {self.path}: {e.strerror.lower()}") from None
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError as e:
+            os.close(fd)
+            raise RuntimeError(
+                f"cannot flock directory {self.path} - {e.strerror.lower()} "
+                "(possibly in use by another instance of nsqd)"
+            ) from None
+        self._fd = fd
+
+    def release(self) -> None:
+        if self._fd is not None:
+            with contextlib.suppress(OSError):
+                fcntl.flock(self._fd, fcntl.LOCK_UN)
+            os.close(self._fd)
+            self._fd = None
