@@ -1,0 +1,192 @@
+"""End-to-end durability: the nsqd console script across clean restarts and kill -9."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import signal
+import time
+
+import pytest
+from support import RawClient
+
+from e2e.proc import NsqdProcess
+from nsqpy.protocol import commands
+
+pytestmark = pytest.mark.timeout(120)
+
+
+async def drain(port: int, topic: str, channel: str, n: int, timeout: float = 30, fin: bool = True):
+    """Consume exactly ``n`` messages (then check nothing more arrives)."""
+    c = await RawClient.connect(port)
+    await c.sub(topic, channel, rdy=500)
+    got = []
+    deadline = time.monotonic() + timeout
+    while len(got) < n:
+        m = await c.read_message(timeout=max(deadline - time.monotonic(), 0.1))
+        got.append(m)
+        if fin:
+            c.send(commands.fin(m.id))
+    await c.expect_silence(0.3)
+    await c.close()
+    return got
+
+
+def stats(p: NsqdProcess) -> dict:
+    status, body = p.http_get("/stats?format=json")
+    assert status == 200
+    return json.loads(body)
+
+
+def depths(p: NsqdProcess) -> dict:
+    out = {}
+    for t in stats(p)["topics"] or []:
+        out[t["topic_name"]] = t["depth"]
+        for c in t["channels"]:
+            out[f"{t['topic_name']}:{c['channel_name']}"] = c["depth"]
+    return out
+
+
+async def publish(port: int, topic: str, bodies: list[bytes], batch: int = 100) -> None:
+    p = await RawClient.connect(port)
+    for i in range(0, len(bodies), batch):
+        p.send(commands.mpub(topic, bodies[i : i + batch]))
+        assert await p.read_frame(timeout=20) == (0, b"OK")
+    await p.close()
+
+
+async def test_publish_sigterm_restart_consume_exactly_n(tmp_path):
+    n = 20000
+    bodies = [b"msg-%06d-" % i + b"x" * 50 for i in range(n)]
+    held = [b"held-%05d" % i for i in range(3000)]
+    with NsqdProcess(tmp_path, "--mem-queue-size=1000", "--max-bytes-per-file=200000") as p:
+        p.start()
+        assert p.http_post("/topic/create?topic=t")[0] == 200
+        assert p.http_post("/channel/create?topic=t&channel=c")[0] == 200
+        await publish(p.tcp_port, "t", bodies)
+        await publish(p.tcp_port, "held", held)  # a topic with no channel holds them
+        before = depths(p)
+        assert before == {"t": 0, "t:c": n, "held": len(held)}
+        assert p.stop(signal.SIGTERM, timeout=20) == 0
+    assert (tmp_path / "nsqd.dat").exists()
+    meta = json.loads((tmp_path / "nsqd.dat").read_text())
+    assert {t["name"] for t in meta["topics"]} == {"t", "held"}
+    with NsqdProcess(tmp_path) as p:
+        p.start()
+        assert depths(p) == before
+        got = await drain(p.tcp_port, "t", "c", n)
+        assert sorted(m.body for m in got) == bodies
+        assert all(m.attempts == 1 for m in got)
+        got = await drain(p.tcp_port, "held", "first", len(held))
+        assert sorted(m.body for m in got) == held
+        assert p.stop(signal.SIGINT, timeout=20) == 0
+
+
+async def test_in_flight_and_deferred_survive_a_clean_restart(tmp_path):
+    with NsqdProcess(tmp_path) as p:
+        p.start()
+        port = p.tcp_port
+        await publish(port, "t", [b"f%02d" % i for i in range(30)])
+        c = await RawClient.connect(port)
+        await c.sub("t", "c", rdy=30)
+        msgs = await c.read_messages(30)
+        # 10 stay in flight, 10 are requeued with a long delay, 10 are finished
+        for m in msgs[10:20]:
+            c.send(commands.req(m.id, 4000))
+        for m in msgs[20:]:
+            c.send(commands.fin(m.id))
+        d = await RawClient.connect(port)
+        d.send(commands.dpub("t", 4000, b"deferred-pub"))
+        assert await d.read_frame() == (0, b"OK")
+        deadline = time.monotonic() + 5
+        while True:
+            ch = stats(p)["topics"][0]["channels"][0]
+            if ch["deferred_count"] == 11 and ch["in_flight_count"] == 10:
+                break
+            assert time.monotonic() < deadline, ch
+            await asyncio.sleep(0.05)
+        stopped_at = time.monotonic()
+        assert p.stop(signal.SIGTERM, timeout=20) == 0
+    sidecar = tmp_path / "t:c.diskqueue.deferred.json"
+    assert sidecar.exists()
+    with NsqdProcess(tmp_path) as p:
+        p.start()
+        assert depths(p)["t:c"] == 21  # 10 in flight at once, 11 deferred come later
+        c = await RawClient.connect(p.tcp_port)
+        await c.sub("t", "c", rdy=50)
+        first = await c.read_messages(10)
+        assert sorted(m.body for m in first) == sorted(m.body for m in msgs[:10])
+        assert all(m.attempts == 2 for m in first)
+        await c.expect_silence(0.5)  # the deferred ones keep their due time
+        later = await c.read_messages(11, timeout=15)
+        assert time.monotonic() - stopped_at >= 3.5
+        assert sorted(m.body for m in later) == sorted([m.body for m in msgs[10:20]] + [b"deferred-pub"])
+        requeued = {m.body: m.attempts for m in later}
+        assert all(requeued[m.body] == 2 for m in msgs[10:20])
+        assert requeued[b"deferred-pub"] == 1
+        await c.close()
+
+
+async def test_kill_9_loses_no_acknowledged_message(tmp_path):
+    acked: list[bytes] = []
+    with NsqdProcess(tmp_path, "--mem-queue-size=0", "--sync-every=1") as p:
+        p.start()
+        port = p.tcp_port
+        assert p.http_post("/topic/create?topic=t")[0] == 200
+        assert p.http_post("/channel/create?topic=t&channel=c")[0] == 200
+
+        async def publisher(k: int) -> None:
+            c = await RawClient.connect(port)
+            i = 0
+            try:
+                while True:
+                    body = b"p%d-%06d" % (k, i)
+                    c.send(commands.pub("t", body))
+                    if await c.read_frame(timeout=5) != (0, b"OK"):
+                        return
+                    acked.append(body)
+                    i += 1
+            except (ConnectionError, TimeoutError, OSError):
+                return
+
+        tasks = [asyncio.create_task(publisher(k)) for k in range(4)]
+        deadline = time.monotonic() + 20
+        while len(acked) < 300:
+            assert time.monotonic() < deadline
+            await asyncio.sleep(0.02)
+        p.send_signal(signal.SIGKILL)
+        await asyncio.wait(tasks, timeout=10)
+        p.wait(10)
+    n_acked = len(acked)
+    with NsqdProcess(tmp_path) as p:
+        p.start()
+        depth = depths(p)["t:c"]
+        assert depth >= n_acked
+        got = await drain(p.tcp_port, "t", "c", depth)
+        bodies = {m.body for m in got}
+        missing = set(acked) - bodies
+        assert not missing, f"{len(missing)} acknowledged messages lost"
+
+
+async def test_topics_channels_and_pauses_survive_restart(tmp_path):
+    with NsqdProcess(tmp_path) as p:
+        p.start()
+        for path in (
+            "/topic/create?topic=a",
+            "/channel/create?topic=a&channel=x",
+            "/channel/create?topic=a&channel=y",
+            "/topic/create?topic=b",
+            "/topic/pause?topic=b",
+            "/channel/pause?topic=a&channel=y",
+        ):
+            assert p.http_post(path)[0] == 200
+        c = await RawClient.connect(p.tcp_port)
+        await c.sub("a", "e#ephemeral")
+        assert p.stop(signal.SIGTERM, timeout=20) == 0
+    with NsqdProcess(tmp_path) as p:
+        p.start()
+        topics = {t["topic_name"]: t for t in stats(p)["topics"]}
+        assert set(topics) == {"a", "b"}
+        assert topics["b"]["paused"] is True and topics["a"]["paused"] is False
+        chans = {c["channel_name"]: c["paused"] for c in topics["a"]["channels"]}
+        assert chans == {"x": False, "y": True}
