@@ -395,7 +395,7 @@ class NSQD:
             now = loop.time()
             for topic in list(self.topics.values()):
                 for channel in list(topic.channels.values()):
-                    if channel.in_flight or channel.deferred:
+                    if channel.in_flight or channel.deferred or channel.clients:
                         channel.scan(now)
 
     # --- info ---------------------------------------------------------------------------------

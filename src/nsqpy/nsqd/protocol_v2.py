@@ -407,17 +407,28 @@ class ClientV2(asyncio.Protocol):
             heappush(self._inflight_heap, (deadline, id(msg), msg))
 
     def expired_in_flight(self, now: float) -> list[Message]:
-        """In-flight messages of this client whose deadline has passed (lazy deletion)."""
+        """In-flight messages of this client whose deadline has passed.
+
+        Entries for finished/requeued/touched messages are deleted lazily: dropped here from
+        the front as they go stale, and the deque is compacted when stale entries dominate,
+        so its size stays proportional to what is really in flight.
+        """
         out: list[Message] = []
         ch = self.channel
         if ch is None:
             return out
         in_flight = ch.in_flight
         q = self._inflight_q
-        while q and q[0][0] <= now:
-            deadline, msg = q.popleft()
-            if msg.client is self and msg.deadline == deadline and in_flight.get(msg.id) is msg:
+        while q:
+            deadline, msg = q[0]
+            live = msg.client is self and msg.deadline == deadline
+            if live and deadline > now:
+                break
+            q.popleft()
+            if live and in_flight.get(msg.id) is msg:
                 out.append(msg)
+        if len(q) > 2 * self.in_flight_count + 1024:
+            self._inflight_q = deque(e for e in q if e[1].client is self and e[1].deadline == e[0])
         h = self._inflight_heap
         while h and h[0][0] <= now:
             deadline, _, msg = heappop(h)
@@ -681,6 +692,8 @@ class ClientV2(asyncio.Protocol):
                 msg.client = None
                 self.finish_count += 1
                 self.in_flight_count -= 1
+                if not self.in_flight_count:
+                    self._inflight_q.clear()  # every entry is stale now
                 if not ch._pump_scheduled:
                     ch.schedule_pump()
                 return
