@@ -22,6 +22,7 @@ from ..protocol.frames import MESSAGE_HEADER_SIZE
 from ..protocol.names import is_valid_topic_name
 from .diskqueue import DiskQueue
 from .guid import GUIDFactory
+from .lookup import LookupPeers, register, unregister
 from .metadata import DataPathLock, encode_metadata, metadata_path, read_metadata, write_file_atomic
 from .options import Options
 from .protocol_v2 import ClientV2
@@ -83,6 +84,7 @@ class NSQD:
         self._metadata_pending = False
         self._metadata_task: asyncio.Task[None] | None = None
         self.syncer: Syncer | None = None
+        self.lookup_peers = LookupPeers(self)
         self._client_ids = itertools.count(1)
         self._loop: asyncio.AbstractEventLoop | None = None
         self._tcp_server: asyncio.AbstractServer | None = None
@@ -113,6 +115,7 @@ class NSQD:
             self.syncer.start()
             self.load_metadata()
             await self._listen()
+            self.lookup_peers.set_addresses(opts.nsqlookupd_tcp_addresses)
         except BaseException:
             await self._close_backends()
             self._lock.release()
@@ -159,6 +162,15 @@ class NSQD:
         return self.http_address[1] if isinstance(self.http_address, tuple) else -1
 
     @property
+    def broadcast_tcp_port(self) -> int:
+        """The TCP port registered with nsqlookupd (--broadcast-tcp-port, else the bound one)."""
+        return self.options.broadcast_tcp_port or self.tcp_port
+
+    @property
+    def broadcast_http_port(self) -> int:
+        return self.options.broadcast_http_port or self.http_port
+
+    @property
     def tcp_addr_str(self) -> str:
         return self._fmt(self.tcp_address)
 
@@ -177,6 +189,7 @@ class NSQD:
             self._tcp_server.close()
         for client in list(self.clients.values()):
             client.close()
+        await self.lookup_peers.close()
         if self._scan_task is not None:
             self._scan_task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
@@ -259,6 +272,8 @@ class NSQD:
                 raise ValueError(f"invalid topic name {name!r}")
             topic = self.topics[name] = Topic(name, self)
             log.info("TOPIC(%s): created", name)
+            if not self._loading:
+                self.lookup_peers.notify(register(name))
             self.on_metadata_changed()
         return topic
 
@@ -271,6 +286,7 @@ class NSQD:
             return False
         log.info("TOPIC(%s): deleting", name)
         topic.close()
+        self.lookup_peers.notify(unregister(name))
         self.on_metadata_changed()
         return True
 
@@ -359,11 +375,30 @@ class NSQD:
         """Write nsqd.dat atomically (blocking)."""
         write_file_atomic(metadata_path(self.data_path), encode_metadata(self.metadata()))
 
+    def registrations(self) -> list[bytes]:
+        """REGISTER commands for everything this node has (sent on each lookupd connect)."""
+        cmds = []
+        for topic in self.topics.values():
+            if not topic.channels:
+                cmds.append(register(topic.name))
+            else:
+                cmds += [register(topic.name, ch.name) for ch in topic.channels.values()]
+        return cmds
+
     def on_channel_created(self, topic: Topic, channel: Any) -> None:
+        if not self._loading:
+            self.lookup_peers.notify(register(topic.name, channel.name))
         self.on_metadata_changed()
 
     def on_channel_deleted(self, topic: Topic, channel: Any) -> None:
+        if not topic.exiting:
+            self.lookup_peers.notify(unregister(topic.name, channel.name))
         self.on_metadata_changed()
+
+    def on_options_changed(self, name: str) -> None:
+        """PUT /config/:opt applied a new value."""
+        if name == "nsqlookupd_tcp_addresses" and self._loop is not None:
+            self.lookup_peers.set_addresses(self.options.nsqlookupd_tcp_addresses)
 
     def on_metadata_changed(self) -> None:
         """Topics, channels or pause flags changed: persist nsqd.dat soon (coalesced)."""
