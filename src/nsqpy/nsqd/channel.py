@@ -15,11 +15,12 @@ import itertools
 import json
 import logging
 import os
+import struct
 import time
 from collections import deque
 from typing import TYPE_CHECKING
 
-from ..protocol.frames import decode_message, encode_message
+from ..protocol.frames import encode_message
 from ..protocol.names import is_ephemeral
 from .message import Message
 from .metadata import write_file_atomic
@@ -45,15 +46,19 @@ def encode_messages(msgs: list[Message]) -> list[bytes]:
     return [encode_message(m.timestamp, m.attempts, m.id, m.body) for m in msgs]
 
 
+_unpack_head = struct.Struct(">qH").unpack_from
+
+
 def decode_records(records: list[bytes], where: str) -> list[Message]:
+    """DiskQueue records back to messages (a record too short to hold a header is skipped)."""
     out = []
+    append = out.append
     for r in records:
-        try:
-            d = decode_message(r)
-        except ValueError as e:
-            log.error("%s: failed to decode message - %s", where, e)
+        if len(r) < 26:
+            log.error("%s: failed to decode message - invalid message buffer size (%d)", where, len(r))
             continue
-        out.append(Message(d.id, d.body, d.timestamp, d.attempts))
+        ts, attempts = _unpack_head(r, 0)
+        append(Message(r[10:26], r[26:], ts, attempts))
     return out
 
 
@@ -134,6 +139,14 @@ class Channel:
             self.queue.extend(msgs)
         self.schedule_pump()
         return must_sync
+
+    def put_records(self, records: list[bytes]) -> None:
+        """Take already-encoded messages straight onto the backend (a topic's disk backlog
+        moving to its only channel, whose memory queue is full)."""
+        self.message_count += len(records)
+        if self.backend is not None:
+            self.nsqd.write_backend(self.backend, records)
+            self.schedule_pump()
 
     def requeue_now(self, msg: Message) -> None:
         """Put a message back for immediate redelivery (REQ 0, timeout, client gone)."""

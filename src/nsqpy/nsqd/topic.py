@@ -125,9 +125,18 @@ class Topic:
         b = self.backend
         if b is None or self.exiting or self.paused or not self.channels or not b.depth:
             return
-        msgs = decode_records(b.read(DRAIN_CHUNK), f"TOPIC({self.name})")
+        records = b.read(DRAIN_CHUNK)
         self.nsqd.note_backend_read(b)
-        self._distribute(msgs)
+        chans = list(self.channels.values())
+        only = chans[0] if len(chans) == 1 else None
+        if (
+            only is not None
+            and only.backend is not None
+            and len(only.queue) >= self.nsqd.options.mem_queue_size
+        ):
+            only.put_records(records)  # no need to decode what goes back to disk as is
+        else:
+            self._distribute(decode_records(records, f"TOPIC({self.name})"))
         if b.depth:
             self._draining = True
             self.nsqd.loop.call_soon(self._drain_backend)
