@@ -24,7 +24,9 @@ import tempfile
 import time
 
 
-async def publisher(host: str, port: int, topic: str, size: int, stop_at: float, counts: list[int], k: int) -> None:
+async def publisher(
+    host: str, port: int, topic: str, size: int, stop_at: float, counts: list[int], k: int
+) -> None:
     reader, writer = await asyncio.open_connection(host, port)
     writer.write(b"  V2")
     body = os.urandom(size // 2).hex().encode()[:size].ljust(size, b"x")
@@ -53,7 +55,10 @@ async def run(args: argparse.Namespace, address: str) -> float:
     start = time.monotonic()
     stop_at = start + args.runfor
     await asyncio.gather(
-        *(publisher(host, int(port), args.topic, args.size, stop_at, counts, k) for k in range(args.publishers))
+        *(
+            publisher(host, int(port), args.topic, args.size, stop_at, counts, k)
+            for k in range(args.publishers)
+        )
     )
     elapsed = time.monotonic() - start
     total = sum(counts)

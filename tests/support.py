@@ -111,7 +111,9 @@ class RawClient:
             pass
 
 
-async def wait_for(cond: Callable[[], Any | Awaitable[Any]], timeout: float = 5.0, interval: float = 0.01) -> Any:
+async def wait_for(
+    cond: Callable[[], Any | Awaitable[Any]], timeout: float = 5.0, interval: float = 0.01
+) -> Any:
     """Poll ``cond`` until truthy; fail after ``timeout`` seconds."""
     deadline = time.monotonic() + timeout
     while True:

@@ -475,7 +475,7 @@ async def test_stalled_and_non_reading_clients_do_not_block_others(nsqd_proc):
     prod = await RawClient.connect(port)
     try:
         body = bytes(range(256)) * 16  # 4 KiB
-        for i in range(0, 3000, 100):
+        for _ in range(0, 3000, 100):
             prod.send(commands.mpub("never_read", [body] * 100))
             assert await prod.read_frame() == (FRAME_TYPE_RESPONSE, b"OK")
         await assert_healthy(nsqd_proc, "stuck")

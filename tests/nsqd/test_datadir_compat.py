@@ -138,7 +138,8 @@ async def test_directory_we_leave_is_readable_by_go_rules(tmp_path):
         assert attempts == 0 and ts > 0
         assert len(r[10:26]) == 16 and int(r[10:26], 16) >= 0
         bodies.append(r[26:])
-    assert sorted(bodies) == sorted([b"held-%02d" % i for i in range(25)] + [b"more-%02d" % i for i in range(5)])
+    expected = [b"held-%02d" % i for i in range(25)] + [b"more-%02d" % i for i in range(5)]
+    assert sorted(bodies) == sorted(expected)
     assert [r[26:] for r in read_go_queue(tmp_path, "other")] == [b"o"]
     # no stray files a Go nsqd would trip over
     names = sorted(os.listdir(tmp_path))

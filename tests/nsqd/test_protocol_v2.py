@@ -458,7 +458,8 @@ async def test_max_channel_consumers(tmp_path):
         first = await consumer(d, "t", "c")
         c = await client(d)
         c.send(commands.sub("t", "c"))
-        assert await c.read_error() == "E_TOO_MANY_CHANNEL_CONSUMERS channel consumers for t:c exceeds limit of 1"
+        err = await c.read_error()
+        assert err == "E_TOO_MANY_CHANNEL_CONSUMERS channel consumers for t:c exceeds limit of 1"
         await first.close()
 
 

@@ -470,9 +470,8 @@ class ClientV2(asyncio.Protocol):
                 if name == b"DPUB":
                     ms = parse_base10(params[2])
                     if ms is None:
-                        raise _fatal(
-                            "E_INVALID", f"DPUB could not parse timeout {params[2].decode('utf-8', 'replace')}"
-                        )
+                        raw = params[2].decode("utf-8", "replace")
+                        raise _fatal("E_INVALID", f"DPUB could not parse timeout {raw}")
                     max_ms = int(opts.max_req_timeout * 1000)
                     if ms > max_ms:
                         raise _fatal("E_INVALID", f"DPUB timeout {ms} out of range 0-{max_ms}")

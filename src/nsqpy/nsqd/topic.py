@@ -75,7 +75,7 @@ class Topic:
         nsqd = self.nsqd
         ids = nsqd.guid.new_ids(n)
         ts = nsqd.now_ns()
-        msgs = [Message(i, b, ts) for i, b in zip(ids, bodies)]
+        msgs = [Message(i, b, ts) for i, b in zip(ids, bodies, strict=True)]
         if defer:
             for m in msgs:
                 m.defer = defer
