@@ -240,6 +240,62 @@ def nsqd_process(data_path: Path, *extra_args: str, http: bool = True) -> Iterat
         p.stop()
 
 
+class NsqlookupdProcess(DaemonProcess):
+    """``nsqlookupd`` from the console script, on ports picked by the OS (port 0)."""
+
+    def __init__(self, log_dir: Path, *extra_args: str) -> None:
+        args = ["--tcp-address=127.0.0.1:0", "--http-address=127.0.0.1:0"]
+        super().__init__("nsqlookupd", [*args, *extra_args], log_dir)
+
+    def start(self, timeout: float = 15.0) -> NsqlookupdProcess:  # type: ignore[override]
+        super().start()
+        try:
+            self.wait_for_addresses(("TCP", "HTTP"), timeout)
+        except BaseException:
+            self.stop()
+            raise
+        return self
+
+    @property
+    def tcp_address(self) -> str:
+        return self.addresses["TCP"]
+
+    @property
+    def http_address(self) -> str:
+        return self.addresses["HTTP"]
+
+    @property
+    def tcp_port(self) -> int:
+        return split_host_port(self.tcp_address)[1]
+
+    @property
+    def http_port(self) -> int:
+        return split_host_port(self.http_address)[1]
+
+    def http_get(self, path: str, timeout: float = 5.0) -> tuple[int, bytes]:
+        return http_request(f"http://{self.http_address}{path}", timeout=timeout)
+
+    def http_post(self, path: str, body: bytes = b"", timeout: float = 5.0) -> tuple[int, bytes]:
+        return http_request(f"http://{self.http_address}{path}", body, "POST", timeout)
+
+
+def nsqlookupd_fixture(tmp_path: Path, *extra_args: str) -> Iterator[NsqlookupdProcess]:
+    """Body of an ``nsqlookupd_proc`` fixture (``yield from nsqlookupd_fixture(tmp_path)``):
+    teardown asserts it is still alive, exits 0 on SIGTERM and logged no traceback."""
+    p = NsqlookupdProcess(Path(tmp_path) / "nsqlookupd", *extra_args)
+    code: int | None = None
+    try:
+        p.start()
+        yield p
+        assert p.is_running(), f"nsqlookupd died during the test\n{p.describe()}"
+    finally:
+        code = p.stop()
+    assert code == 0, f"nsqlookupd did not exit cleanly on SIGTERM (code {code})\n{p.describe()}"
+    assert "Traceback" not in p.stderr(), (
+        f"nsqlookupd logged an unhandled exception\n{p.describe(20000)}"
+    )
+
+
 def http_request(
     url: str, body: bytes | None = None, method: str = "GET", timeout: float = 5.0
 ) -> tuple[int, bytes]:

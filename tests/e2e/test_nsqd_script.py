@@ -105,10 +105,9 @@ def test_bad_flag_value_exits_2(tmp_path):
     [
         (["--statsd-address=127.0.0.1:8125"], ["--statsd-address"]),
         (["--tls-cert=a.pem", "--tls-key=b.pem"], ["--tls-cert", "--tls-key"]),
-        (["--lookupd-tcp-address=127.0.0.1:4160"], ["--lookupd-tcp-address"]),
         (["--auth-http-address=127.0.0.1:4181"], ["--auth-http-address"]),
     ],
-    ids=["statsd", "tls", "lookupd", "auth"],
+    ids=["statsd", "tls", "auth"],
 )
 def test_unbuilt_feature_flag_refuses_to_start(args, named, tmp_path):
     res = run_script(

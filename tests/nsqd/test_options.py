@@ -810,7 +810,7 @@ def test_unbuilt_requested_defaults_empty() -> None:
         (["--tls-required=tcp-https"], ["--tls-required"]),
         (["--auth-http-address=a:1"], ["--auth-http-address"]),
         (["--statsd-address=127.0.0.1:8125"], ["--statsd-address"]),
-        (["--lookupd-tcp-address=a:4160"], ["--lookupd-tcp-address"]),
+        (["--lookupd-tcp-address=a:4160"], []),
         (["--e2e-processing-latency-percentile=0.99"], ["--e2e-processing-latency-percentile"]),
         (["--enable-experiment=topology-aware-consumption"], ["--enable-experiment"]),
         (["--tls-cert=c", "--tls-key=k", "--statsd-address=s:1"],

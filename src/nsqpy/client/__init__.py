@@ -1,0 +1,55 @@
+"""nsqpy.client: the asyncio NSQ client (Producer, Consumer), its HTTP clients and a sync facade."""
+
+from .config import ConnectionConfig
+from .conn import Connection
+from .errors import (
+    AuthError,
+    BadMessageError,
+    BadTopicError,
+    ConnectionClosedError,
+    ErrorFrame,
+    GiveUp,
+    NoConnectionsError,
+    NSQError,
+    NSQHTTPError,
+    ProtocolError,
+    PublishError,
+    RequeueMessage,
+    UnsupportedFeatureError,
+)
+from .consumer import Consumer, ConsumerStats
+from .http import LookupdHTTPClient, NsqdHTTPClient
+from .message import Message
+from .producer import Producer
+from .rdy import BackoffPolicy, ExponentialBackoff, FullJitterBackoff
+from .sync import SyncConsumer, SyncMessage, SyncProducer
+
+__all__ = [
+    "AuthError",
+    "BackoffPolicy",
+    "Consumer",
+    "ConsumerStats",
+    "ExponentialBackoff",
+    "FullJitterBackoff",
+    "Message",
+    "BadMessageError",
+    "BadTopicError",
+    "Connection",
+    "ConnectionClosedError",
+    "ConnectionConfig",
+    "ErrorFrame",
+    "GiveUp",
+    "LookupdHTTPClient",
+    "NSQError",
+    "NSQHTTPError",
+    "NsqdHTTPClient",
+    "NoConnectionsError",
+    "ProtocolError",
+    "Producer",
+    "PublishError",
+    "RequeueMessage",
+    "SyncConsumer",
+    "SyncMessage",
+    "SyncProducer",
+    "UnsupportedFeatureError",
+]

@@ -2,14 +2,12 @@
 
 from __future__ import annotations
 
-import asyncio
 import gc
 import logging
-import platform
-import signal
 import sys
 
-from .. import NSQ_VERSION, __version__
+from .. import daemon
+from ..daemon import LEVELS, setup_logging  # noqa: F401  (LEVELS re-exported)
 from .nsqd import NSQD
 from .options import (
     HelpRequested,
@@ -21,34 +19,9 @@ from .options import (
     validate,
 )
 
-LEVELS = {
-    "debug": logging.DEBUG,
-    "info": logging.INFO,
-    "warn": logging.WARNING,
-    "warning": logging.WARNING,
-    "error": logging.ERROR,
-    "fatal": logging.CRITICAL,
-}
-
 
 def version_string(app: str = "nsqd") -> str:
-    return f"{app} v{NSQ_VERSION} (nsqpy {__version__}, python {platform.python_version()})"
-
-
-def setup_logging(prefix: str, level: str) -> None:
-    """Log to stderr in NSQ's shape: ``[nsqd] 2006/01/02 15:04:05.000000 INFO: ...``."""
-    handler = logging.StreamHandler(sys.stderr)
-    fmt = logging.Formatter(
-        prefix.replace("%", "%%") + "%(asctime)s.%(msecs)03d000 %(levelname)s: %(message)s",
-        datefmt="%Y/%m/%d %H:%M:%S",
-    )
-    handler.setFormatter(fmt)
-    root = logging.getLogger()
-    root.handlers[:] = [handler]
-    root.setLevel(LEVELS.get(level.lower(), logging.INFO))
-    logging.addLevelName(logging.WARNING, "WARN")
-    logging.addLevelName(logging.CRITICAL, "FATAL")
-    logging.getLogger("aiohttp.access").setLevel(logging.WARNING)
+    return daemon.version_string(app)
 
 
 def fail(msg: str, code: int = 1) -> int:
@@ -59,15 +32,12 @@ def fail(msg: str, code: int = 1) -> int:
 async def serve(opts: Options) -> None:
     nsqd = NSQD(opts)
     await nsqd.start()
-    stop = asyncio.Event()
-    loop = asyncio.get_running_loop()
-    for sig in (signal.SIGINT, signal.SIGTERM):
-        loop.add_signal_handler(sig, stop.set)
-    # the first lines on stdout: where to reach this node
-    print(f"nsqd TCP address: {nsqd.tcp_addr_str}", flush=True)
-    if nsqd.http_address is not None:
-        print(f"nsqd HTTP address: {nsqd.http_addr_str}", flush=True)
+    stop = daemon.stop_on_signals()
     try:
+        # the first lines on stdout: where to reach this node
+        print(f"nsqd TCP address: {nsqd.tcp_addr_str}", flush=True)
+        if nsqd.http_address is not None:
+            print(f"nsqd HTTP address: {nsqd.http_addr_str}", flush=True)
         await stop.wait()
     finally:
         await nsqd.stop()
@@ -88,12 +58,7 @@ def tune_gc() -> None:
 def run(opts: Options) -> None:
     """Run the daemon until a signal, on uvloop when available."""
     tune_gc()
-    try:
-        import uvloop
-
-        uvloop.run(serve(opts))
-    except ImportError:  # pragma: no cover - uvloop is a dependency on Linux
-        asyncio.run(serve(opts))
+    daemon.run_event_loop(serve(opts))
 
 
 def main(argv: list[str] | None = None) -> int:

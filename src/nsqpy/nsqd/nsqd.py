@@ -18,6 +18,8 @@ import socket
 import time
 from typing import Any
 
+from ..daemon import format_address, split_address  # noqa: F401  (re-exported)
+from ..daemon import listen_socket as _listen_socket
 from ..protocol.frames import MESSAGE_HEADER_SIZE
 from ..protocol.names import is_valid_topic_name
 from .diskqueue import DiskQueue
@@ -33,35 +35,6 @@ from .topic import Topic
 MESSAGE_OVERHEAD = MESSAGE_HEADER_SIZE - 4
 
 log = logging.getLogger("nsqd")
-
-
-def split_address(addr: str) -> tuple[str, int] | str:
-    """``host:port`` → (host, port); anything without a port is a unix socket path."""
-    if addr.startswith("/") or ":" not in addr:
-        return addr
-    host, _, port = addr.rpartition(":")
-    host = host.strip("[]")
-    if not port.isdigit() or int(port) > 65535:
-        raise ValueError(f"invalid address {addr!r}: bad port {port!r}")
-    return host, int(port)
-
-
-def format_address(host: str, port: int) -> str:
-    return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
-
-
-def _listen_socket(addr: str) -> socket.socket:
-    target = split_address(addr)
-    if isinstance(target, str):
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(target)
-        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        sock.bind(target)
-        sock.listen(1024)
-        return sock
-    host, port = target
-    family = socket.AF_INET6 if ":" in host else socket.AF_INET
-    return socket.create_server((host or "0.0.0.0", port), family=family, backlog=1024, reuse_port=False)
 
 
 class NSQD:

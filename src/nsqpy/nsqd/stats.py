@@ -12,7 +12,6 @@ process by :func:`install_gc_tracker` (two clock reads per collection, nothing p
 from __future__ import annotations
 
 import gc
-import json
 import math
 import os
 import sys
@@ -22,6 +21,8 @@ from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
 from .. import NSQ_VERSION
+from ..goflags import format_duration_ns
+from ..httpapi import go_json  # noqa: F401  (re-exported: stats.go_json)
 
 if TYPE_CHECKING:
     from .channel import Channel
@@ -80,49 +81,8 @@ BOOL_PARAMS = {"true": True, "1": True, "false": False, "0": False}
 # --- Go encodings -------------------------------------------------------------------------------
 
 
-def go_json(obj: Any) -> bytes:
-    """``encoding/json.Marshal``: compact, UTF-8, and HTML-safe like Go (``<>&`` escaped)."""
-    s = json.dumps(obj, ensure_ascii=False, separators=(",", ":"), allow_nan=False)
-    if "<" in s or ">" in s or "&" in s or "\u2028" in s or "\u2029" in s:
-        s = (
-            s.replace("<", "\\u003c")
-            .replace(">", "\\u003e")
-            .replace("&", "\\u0026")
-            .replace("\u2028", "\\u2028")
-            .replace("\u2029", "\\u2029")
-        )
-    return s.encode()
-
-
-def _frac(v: int, digits: int) -> str:
-    whole, frac = divmod(v, 10**digits)
-    if not frac:
-        return str(whole)
-    return f"{whole}.{frac:0{digits}d}".rstrip("0")
-
-
-def go_duration(ns: int) -> str:
-    """Go's ``time.Duration.String()`` (``"1h2m3.5s"``, ``"1.5ms"``, ``"0s"``)."""
-    if ns == 0:
-        return "0s"
-    sign = "-" if ns < 0 else ""
-    u = abs(ns)
-    if u < 1000:
-        return f"{sign}{u}ns"
-    if u < 1_000_000:
-        return f"{sign}{_frac(u, 3)}µs"
-    if u < 1_000_000_000:
-        return f"{sign}{_frac(u, 6)}ms"
-    secs, sub = divmod(u, 1_000_000_000)
-    out = f"{secs % 60}"
-    if sub:
-        out += f".{sub:09d}".rstrip("0")
-    out += "s"
-    mins = secs // 60
-    if mins:
-        hours, mins = divmod(mins, 60)
-        out = (f"{hours}h" if hours else "") + f"{mins}m" + out
-    return sign + out
+#: Go's ``time.Duration.String()`` of nanoseconds (``"1h2m3.5s"``, ``"1.5ms"``, ``"0s"``).
+go_duration = format_duration_ns
 
 
 def rfc3339(ts: float) -> str:

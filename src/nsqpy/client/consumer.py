@@ -1,0 +1,493 @@
+"""Consumer: subscribe to a topic/channel on many nsqd, with discovery, RDY flow control and backoff.
+
+Connections come from fixed nsqd addresses and/or nsqlookupd HTTP addresses polled with
+jitter (producers merged on ``broadcast_address:tcp_port``). As the seeds prescribe, a fixed
+nsqd is reconnected with exponential backoff, a discovered one only when a later lookupd poll
+still lists it. RDY values come from :class:`~nsqpy.client.rdy.RdyController`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+import logging
+import random
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass
+from typing import Any, Self
+from urllib.parse import urlencode, urlsplit
+
+import aiohttp
+
+from nsqpy.protocol import commands
+from nsqpy.protocol.frames import DecodedMessage
+from nsqpy.protocol.names import is_valid_channel_name, is_valid_topic_name
+
+from .config import ConnectionConfig
+from .conn import Connection
+from .errors import BadChannelError, BadTopicError, ConnectionClosedError, ErrorFrame
+from .message import Message
+from .rdy import BackoffPolicy, RdyController, RdyUpdate, Signal, backoff_policy
+
+log = logging.getLogger("nsqpy.client")
+
+GivingUpHook = Callable[[Message], "Awaitable[None] | None"]
+Handler = Callable[[Message], Awaitable[Any]]
+
+
+@dataclass(frozen=True)
+class ConsumerStats:
+    connections: int
+    messages_received: int
+    messages_finished: int
+    messages_requeued: int
+    messages_given_up: int
+    backoff_level: int
+    total_rdy: int
+    in_flight: int
+
+
+def lookupd_url(address: str) -> str:
+    """``host:port`` or ``http://host:port[/path]`` → the lookupd ``/lookup`` URL (go-nsq's rule)."""
+    if "://" not in address:
+        address = "http://" + address
+    parts = urlsplit(address)
+    path = parts.path if parts.path not in ("", "/") else "/lookup"
+    return f"{parts.scheme}://{parts.netloc}{path}"
+
+
+def producer_address(p: dict[str, Any]) -> str:
+    host = str(p["broadcast_address"])
+    if ":" in host and not host.startswith("["):
+        host = f"[{host}]"
+    return f"{host}:{int(p['tcp_port'])}"
+
+
+class Consumer:
+    """Consume ``topic``/``channel``. Use ``async with`` and ``async for``, or :meth:`run`."""
+
+    def __init__(
+        self,
+        topic: str,
+        channel: str,
+        *,
+        nsqd_tcp_addresses: str | Sequence[str] = (),
+        lookupd_http_addresses: str | Sequence[str] = (),
+        max_in_flight: int | None = None,
+        max_attempts: int | None = None,
+        backoff: BackoffPolicy | None = None,
+        max_backoff_duration: float | None = None,
+        default_requeue_delay: float | None = None,
+        max_requeue_delay: float | None = None,
+        lookupd_poll_interval: float | None = None,
+        lookupd_poll_jitter: float | None = None,
+        low_rdy_idle_timeout: float | None = None,
+        rdy_redistribute_interval: float | None = None,
+        on_giving_up: GivingUpHook | None = None,
+        config: ConnectionConfig | None = None,
+        drain_timeout: float = 30.0,
+        reconnect_interval: float = 1.0,
+        rng: random.Random | None = None,
+    ) -> None:
+        if not is_valid_topic_name(topic):
+            raise BadTopicError(description=f"invalid topic name {topic!r}")
+        if not is_valid_channel_name(channel):
+            raise BadChannelError(description=f"invalid channel name {channel!r}")
+        cfg = config or ConnectionConfig()
+        cfg.check_supported()
+        self.topic = topic
+        self.channel = channel
+        self.config = cfg
+        self.nsqd_tcp_addresses = _as_list(nsqd_tcp_addresses)
+        self.lookupd_http_addresses = _as_list(lookupd_http_addresses)
+        if not self.nsqd_tcp_addresses and not self.lookupd_http_addresses:
+            raise ValueError("Consumer needs nsqd_tcp_addresses and/or lookupd_http_addresses")
+        self.max_in_flight = cfg.max_in_flight if max_in_flight is None else max_in_flight
+        self.max_attempts = cfg.max_attempts if max_attempts is None else max_attempts
+        self.default_requeue_delay = _pick(default_requeue_delay, cfg.default_requeue_delay)
+        self.max_requeue_delay = _pick(max_requeue_delay, cfg.max_requeue_delay)
+        self.lookupd_poll_interval = _pick(lookupd_poll_interval, cfg.lookupd_poll_interval)
+        self.lookupd_poll_jitter = _pick(lookupd_poll_jitter, cfg.lookupd_poll_jitter)
+        self.on_giving_up = on_giving_up
+        self.drain_timeout = drain_timeout
+        self.reconnect_interval = reconnect_interval
+        self._rng = rng or random.Random()
+        self.rdy = RdyController(
+            self.max_in_flight,
+            backoff=backoff or backoff_policy(cfg.backoff_strategy, cfg.backoff_multiplier),
+            max_backoff_duration=_pick(max_backoff_duration, cfg.max_backoff_duration),
+            low_rdy_idle_timeout=_pick(low_rdy_idle_timeout, cfg.low_rdy_idle_timeout),
+            low_rdy_timeout=cfg.low_rdy_timeout,
+            rdy_redistribute_interval=_pick(rdy_redistribute_interval, cfg.rdy_redistribute_interval),
+            rng=self._rng,
+        )
+        self.closing = False
+        self._started = False
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._conns: dict[str, Connection] = {}
+        self._tasks: dict[str, asyncio.Task[None]] = {}
+        self._background: set[asyncio.Task[Any]] = set()
+        self._poll_task: asyncio.Task[None] | None = None
+        self._queue: asyncio.Queue[Message | None] = asyncio.Queue()
+        self._timer: asyncio.TimerHandle | None = None
+        self._timer_at: float | None = None
+        self._rdy_version = -1
+        self._held = 0  # messages handed to the application, not yet answered
+        self._changed = asyncio.Event()
+        self._stop = asyncio.Event()
+        self._received = self._finished_count = self._requeued = self._given_up = 0
+
+    # --- lifecycle --------------------------------------------------------------------
+
+    async def start(self) -> None:
+        """Connect to the fixed nsqd and start polling lookupd (both in the background)."""
+        if self._started:
+            return
+        self._started = True
+        self._loop = asyncio.get_running_loop()
+        for addr in self.nsqd_tcp_addresses:
+            self._spawn_conn(addr)
+        if self.lookupd_http_addresses:
+            self._poll_task = asyncio.create_task(self._poll_lookupd(), name="nsqpy-lookupd-poll")
+
+    async def __aenter__(self) -> Self:
+        await self.start()
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()
+
+    async def close(self, drain_timeout: float | None = None) -> None:
+        """CLS everywhere, requeue messages not handed out yet, wait (up to ``drain_timeout``)
+        for those handed out to be answered, then close the connections."""
+        if self.closing:
+            return
+        self.closing = True
+        self._stop.set()
+        if self._poll_task is not None:
+            self._poll_task.cancel()
+        for conn in list(self._conns.values()):
+            try:
+                conn.send_request(commands.CLS)
+            except ConnectionClosedError:
+                pass
+        while not self._queue.empty():
+            m = self._queue.get_nowait()
+            if m is not None:
+                m.requeue(0, backoff=False)
+        self._queue.put_nowait(None)  # ends every iterator
+        timeout = self.drain_timeout if drain_timeout is None else drain_timeout
+        if self._held:
+            try:
+                await asyncio.wait_for(self._wait_drained(), timeout)
+            except asyncio.TimeoutError:
+                log.warning("consumer: %d messages still in flight after %.1fs", self._held, timeout)
+        for conn in list(self._conns.values()):
+            conn.close()
+        for conn in list(self._conns.values()):
+            await conn.wait_closed()
+        for task in [*self._tasks.values(), *self._background]:
+            task.cancel()
+        tasks = [*self._tasks.values(), *self._background]
+        if self._poll_task is not None:
+            tasks.append(self._poll_task)
+        await asyncio.gather(*tasks, return_exceptions=True)
+        if self._timer is not None:
+            self._timer.cancel()
+
+    async def _wait_drained(self) -> None:
+        while self._held:
+            await self._wait_change()
+
+    async def _wait_change(self) -> None:
+        ev = self._changed
+        await ev.wait()
+
+    def _notify(self) -> None:
+        self._changed.set()
+        self._changed = asyncio.Event()
+
+    async def wait_connected(self, n: int = 1, timeout: float | None = 10.0) -> None:
+        """Wait until at least ``n`` connections are subscribed."""
+        await self.start()
+
+        async def cond() -> None:
+            while len(self._conns) < n:
+                await self._wait_change()
+
+        await asyncio.wait_for(cond(), timeout)
+
+    # --- public state -----------------------------------------------------------------
+
+    @property
+    def connections(self) -> dict[str, Connection]:
+        return dict(self._conns)
+
+    def is_starved(self) -> bool:
+        """True when some connection is close to its RDY limit (a good moment to flush a batch)."""
+        return self.rdy.is_starved()
+
+    async def set_max_in_flight(self, n: int) -> None:
+        """Change max_in_flight at runtime (0 pauses the flow)."""
+        self.max_in_flight = n
+        self._apply(self.rdy.set_max_in_flight(n, self._now()))
+
+    def stats(self) -> ConsumerStats:
+        return ConsumerStats(
+            connections=len(self._conns),
+            messages_received=self._received,
+            messages_finished=self._finished_count,
+            messages_requeued=self._requeued,
+            messages_given_up=self._given_up,
+            backoff_level=self.rdy.backoff_level,
+            total_rdy=self.rdy.total_rdy,
+            in_flight=self.rdy.total_in_flight,
+        )
+
+    def requeue_delay(self, attempts: int) -> float:
+        """The automatic REQ delay: default_requeue_delay × attempts, at most max_requeue_delay."""
+        return min(self.default_requeue_delay * attempts, self.max_requeue_delay)
+
+    # --- consuming --------------------------------------------------------------------
+
+    def __aiter__(self) -> Self:
+        return self
+
+    async def __anext__(self) -> Message:
+        await self.start()
+        while True:
+            msg = await self._queue.get()
+            if msg is None:
+                self._queue.put_nowait(None)
+                raise StopAsyncIteration
+            if msg._conn.closed:
+                # nsqd requeued it when the connection closed; skip the stale copy
+                msg._responded = True
+                continue
+            msg._delivered = True
+            self._held += 1
+            return msg
+
+    async def run(self, handler: Handler, *, concurrency: int | None = None) -> None:
+        """Call ``handler`` for each message with up to ``concurrency`` at once (default:
+        max_in_flight): FIN on return, REQ on exception. Returns when the consumer closes."""
+        await self.start()
+        n = concurrency or max(1, self.max_in_flight)
+
+        async def worker() -> None:
+            async for msg in self:
+                async with msg.process():
+                    await handler(msg)
+
+        workers = [asyncio.create_task(worker()) for _ in range(n)]
+        try:
+            await asyncio.gather(*workers)
+        finally:
+            for w in workers:
+                w.cancel()
+
+    # --- internals: messages ------------------------------------------------------------
+
+    def _now(self) -> float:
+        assert self._loop is not None
+        return self._loop.time()
+
+    def _send(self, conn: Connection, data: bytes) -> None:
+        if not conn.closed:
+            try:
+                conn.send(data)
+            except ConnectionClosedError:
+                pass
+
+    def _apply(self, updates: list[RdyUpdate]) -> None:
+        for key, count in updates:
+            assert isinstance(key, Connection)
+            self._send(key, commands.rdy(count))
+        if self.rdy.version != self._rdy_version:
+            self._rdy_version = self.rdy.version
+            self._reschedule()
+
+    def _reschedule(self) -> None:
+        at = self.rdy.next_deadline()
+        if at == self._timer_at:
+            return
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+        self._timer_at = at
+        if at is not None and self._loop is not None and not self.closing:
+            self._timer = self._loop.call_at(at, self._on_timer)
+
+    def _on_timer(self) -> None:
+        self._timer = None
+        self._timer_at = None
+        self._apply(self.rdy.tick(self._now()))
+        self._reschedule()
+
+    def _on_message(self, conn: Connection, m: DecodedMessage) -> None:
+        self._received += 1
+        msg = Message(self, conn, m.id, m.body, m.timestamp, m.attempts)
+        updates = self.rdy.on_message(conn, self._now())
+        if updates:
+            self._apply(updates)
+        if self.max_attempts and m.attempts > self.max_attempts:
+            self._given_up += 1
+            t = asyncio.ensure_future(self._give_up(msg))
+            self._background.add(t)
+            t.add_done_callback(self._background.discard)
+            return
+        if self.closing:
+            msg.requeue(0, backoff=False)
+            return
+        self._queue.put_nowait(msg)
+
+    async def _give_up(self, msg: Message) -> None:
+        log.warning("consumer: giving up on %r after %d attempts", msg, msg.attempts)
+        try:
+            if self.on_giving_up is not None:
+                r = self.on_giving_up(msg)
+                if inspect.isawaitable(r):
+                    await r
+        except Exception:
+            log.exception("consumer: giving-up hook failed")
+        msg.finish()
+
+    def _finished(self, msg: Message, cmd: bytes, backoff: bool | None) -> None:
+        """A message was answered: ``backoff`` None for FIN, else REQ with/without backoff."""
+        self._send(msg._conn, cmd)
+        if backoff is None:
+            self._finished_count += 1
+            signal = Signal.SUCCESS
+        else:
+            self._requeued += 1
+            signal = Signal.FAILURE if backoff else Signal.CONTINUE
+        if msg._delivered:
+            self._held -= 1
+            if self.closing:
+                self._notify()
+        if msg._conn.closed:
+            signal = Signal.CONTINUE if signal is Signal.SUCCESS else signal
+        self._apply(self.rdy.on_finished(msg._conn, signal, self._now()))
+
+    # --- internals: connections ---------------------------------------------------------
+
+    def _spawn_conn(self, addr: str) -> None:
+        if addr in self._tasks or self.closing:
+            return
+        task = asyncio.create_task(self._conn_loop(addr), name=f"nsqpy-consumer-{addr}")
+        self._tasks[addr] = task
+
+    async def _conn_loop(self, addr: str) -> None:
+        delay = self.reconnect_interval
+        max_delay = max(self.reconnect_interval, self.lookupd_poll_interval)
+        try:
+            while not self.closing:
+                fixed = addr in self.nsqd_tcp_addresses
+                try:
+                    conn = await self._open(addr)
+                except asyncio.CancelledError:
+                    raise
+                except Exception as e:  # noqa: BLE001 - any failure: retry or re-discover
+                    if not fixed:
+                        log.info("consumer: cannot connect to %s (%s); waiting for lookupd", addr, e)
+                        return
+                    wait = delay * (0.5 + self._rng.random() / 2)
+                    log.info("consumer: cannot connect to %s (%s); retry in %.1fs", addr, e, wait)
+                    await self._sleep(wait)
+                    delay = min(delay * 2, max_delay)
+                    continue
+                delay = self.reconnect_interval
+                await conn.wait_closed()
+                if not fixed:
+                    return  # reconnect when a later lookupd poll lists it again
+                if not self.closing:
+                    await self._sleep(delay * self._rng.random())
+        finally:
+            if self._tasks.get(addr) is asyncio.current_task():
+                del self._tasks[addr]
+
+    async def _sleep(self, seconds: float) -> None:
+        try:
+            await asyncio.wait_for(self._stop.wait(), seconds)
+        except asyncio.TimeoutError:
+            pass
+
+    async def _open(self, addr: str) -> Connection:
+        conn = Connection(addr, self.config, on_message=self._on_message, on_error=self._on_error,
+                          on_close=self._on_close)
+        await conn.connect()
+        try:
+            await conn.request(commands.sub(self.topic, self.channel), timeout=self.config.read_timeout)
+        except BaseException:
+            conn.abort()
+            raise
+        if self.closing:
+            conn.close()
+            raise ConnectionClosedError("consumer closing")
+        old = self._conns.get(addr)
+        if old is not None:
+            old.close()
+        self._conns[addr] = conn
+        log.info("consumer: subscribed to %s/%s on %s", self.topic, self.channel, addr)
+        self._apply(self.rdy.add_conn(conn, conn.max_rdy_count, self._now()))
+        self._notify()
+        return conn
+
+    def _on_error(self, conn: Connection, err: ErrorFrame) -> None:
+        log.warning("consumer: %s from %s", err, conn.address)
+
+    def _on_close(self, conn: Connection, exc: BaseException | None) -> None:
+        if self._conns.get(conn.address) is conn:
+            del self._conns[conn.address]
+        if self._loop is not None and conn in self.rdy.conns:
+            self._apply(self.rdy.remove_conn(conn, self._now()))
+        if not self.closing:
+            log.info("consumer: connection to %s closed (%s)", conn.address, exc)
+        self._notify()
+
+    # --- internals: discovery -----------------------------------------------------------
+
+    async def _poll_lookupd(self) -> None:
+        timeout = aiohttp.ClientTimeout(total=self.config.lookupd_poll_timeout)
+        headers = {"Accept": "application/vnd.nsq; version=1.0"}
+        if self.config.auth_secret and self.config.skip_lookupd_authorization:
+            headers["Authorization"] = f"Bearer {self.config.auth_secret}"
+        async with aiohttp.ClientSession(timeout=timeout, headers=headers) as session:
+            while not self.closing:
+                await self.query_lookupd(session)
+                interval = self.lookupd_poll_interval
+                await self._sleep(interval * (1 - self.lookupd_poll_jitter * self._rng.random()))
+
+    async def query_lookupd(self, session: aiohttp.ClientSession) -> set[str]:
+        """Query every lookupd once; connect to producers not connected yet; return them all."""
+        results = await asyncio.gather(
+            *(self._lookup(session, a) for a in self.lookupd_http_addresses), return_exceptions=True
+        )
+        found: set[str] = set()
+        for addr, r in zip(self.lookupd_http_addresses, results, strict=True):
+            if isinstance(r, BaseException):
+                log.warning("consumer: lookupd %s query failed: %s", addr, r)
+                continue
+            found |= r
+        for p in sorted(found):
+            self._spawn_conn(p)
+        return found
+
+    async def _lookup(self, session: aiohttp.ClientSession, address: str) -> set[str]:
+        url = lookupd_url(address) + "?" + urlencode({"topic": self.topic})
+        async with session.get(url) as resp:
+            if resp.status == 404:
+                return set()
+            resp.raise_for_status()
+            data: dict[str, Any] = await resp.json(content_type=None)
+        if "data" in data and isinstance(data["data"], dict):  # pre-1.0 envelope
+            data = data["data"]
+        return {producer_address(p) for p in data.get("producers") or []}
+
+
+def _as_list(v: str | Sequence[str]) -> list[str]:
+    return [v] if isinstance(v, str) else list(v)
+
+
+def _pick(v: float | None, default: float) -> float:
+    return default if v is None else v

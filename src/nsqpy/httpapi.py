@@ -1,0 +1,560 @@
+"""The HTTP plumbing the NSQ daemons share (Go's ``internal/http_api`` plus
+``julienschmidt/httprouter`` as NSQ configures it), on aiohttp.
+
+- :class:`Router`: exact-path and ``/prefix/:param`` routes; 404 ``NOT_FOUND`` and 405
+  ``METHOD_NOT_ALLOWED`` (with ``Allow``) as JSON, automatic ``OPTIONS``, 301/307 redirects
+  for a wrong trailing slash or letter case; every request logged at INFO like Go's ``Log``
+  decorator (unless the route opts out); a handler crash is 500 ``INTERNAL_ERROR``.
+- Response styles: ``V1`` (successful results carry ``X-NSQ-Content-Type: nsq; version=1.0``;
+  a string is sent as text, ``None`` as an empty body, anything else as Go-style JSON; errors
+  are ``{"message":"<CODE>"}``), ``PLAIN`` (Go's ``PlainText`` decorator: text both ways) and
+  ``RAW`` (the handler builds its own response, as Go's pprof handlers do).
+- Request helpers with Go's semantics: ``url.ParseQuery``, ``http_api.ReqParams.Get``,
+  ``GetTopicChannelArgs``, bodies read with a limit and a deferred ``100 Continue``.
+- :class:`Pprof`: Python equivalents of Go's ``/debug/pprof`` endpoints.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import cProfile
+import gc
+import html
+import io
+import json
+import logging
+import pstats
+import re
+import socket
+import sys
+import threading
+import time
+import traceback
+import tracemalloc
+from collections.abc import Awaitable, Callable
+from typing import Any
+from urllib.parse import unquote_to_bytes
+
+from aiohttp import web
+
+from .goflags import format_duration_ns
+from .protocol.names import is_valid_channel_name, is_valid_topic_name
+
+__all__ = [
+    "JSON_TYPE",
+    "PLAIN",
+    "RAW",
+    "TEXT_TYPE",
+    "V1",
+    "V1_HEADER",
+    "HTTPError",
+    "Handler",
+    "Params",
+    "Pprof",
+    "Router",
+    "clean_path",
+    "continue_100",
+    "expect_handler",
+    "get_param",
+    "go_json",
+    "parse_query",
+    "read_max",
+    "req_params",
+    "respond_plain",
+    "respond_v1",
+    "respond_v1_error",
+    "serve",
+    "topic_channel_args",
+]
+
+JSON_TYPE = "application/json; charset=utf-8"
+TEXT_TYPE = "text/plain; charset=utf-8"
+V1_HEADER = ("X-NSQ-Content-Type", "nsq; version=1.0")
+
+Params = dict[str, str]
+Handler = Callable[[web.Request, Params], Awaitable[Any]]
+
+V1 = "v1"  #: errors as JSON {"message": ...}, results per RespondV1
+PLAIN = "plain"  #: errors and results as plain text (Go's PlainText decorator)
+RAW = "raw"  #: the handler builds its own response (Go's pprof handlers)
+
+Route = tuple[Handler, str, bool]  # handler, response style, logged
+
+
+class HTTPError(Exception):
+    """Go's ``http_api.Err``: a status code and the message text."""
+
+    def __init__(self, status: int, text: str) -> None:
+        super().__init__(text)
+        self.status = status
+        self.text = text
+
+
+# --- responses ----------------------------------------------------------------------------------
+
+
+def go_json(obj: Any) -> bytes:
+    """``encoding/json.Marshal``: compact, UTF-8, and HTML-safe like Go (``<>&`` escaped)."""
+    s = json.dumps(obj, ensure_ascii=False, separators=(",", ":"), allow_nan=False)
+    if "<" in s or ">" in s or "&" in s or "\u2028" in s or "\u2029" in s:
+        s = (
+            s.replace("<", "\\u003c")
+            .replace(">", "\\u003e")
+            .replace("&", "\\u0026")
+            .replace("\u2028", "\\u2028")
+            .replace("\u2029", "\\u2029")
+        )
+    return s.encode()
+
+
+def respond_v1(data: Any, status: int = 200) -> web.Response:
+    """Go's ``RespondV1``: str/bytes as text, None as an empty body, else JSON."""
+    headers = {V1_HEADER[0]: V1_HEADER[1]}
+    if data is None:
+        return web.Response(status=status, headers=headers)
+    if isinstance(data, str):
+        body = data.encode()
+    elif isinstance(data, bytes):
+        body = data
+    else:
+        headers["Content-Type"] = JSON_TYPE
+        return web.Response(status=status, body=go_json(data), headers=headers)
+    if body:
+        headers["Content-Type"] = TEXT_TYPE  # what Go's content sniffing picks for text
+    return web.Response(status=status, body=body, headers=headers)
+
+
+def respond_v1_error(status: int, text: str, headers: dict[str, str] | None = None) -> web.Response:
+    h = {V1_HEADER[0]: V1_HEADER[1], "Content-Type": JSON_TYPE}
+    if headers:
+        h.update(headers)
+    return web.Response(status=status, body=go_json({"message": text}), headers=h)
+
+
+def respond_plain(text: str | bytes, status: int = 200) -> web.Response:
+    body = text.encode() if isinstance(text, str) else text
+    headers = {"Content-Type": TEXT_TYPE} if body else {}
+    return web.Response(status=status, body=body, headers=headers)
+
+
+# --- request parameters -------------------------------------------------------------------------
+
+_BAD_ESCAPE = re.compile(r"%(?![0-9A-Fa-f]{2})")
+
+
+def _query_unescape(s: str) -> str:
+    """Go's ``url.QueryUnescape`` (``+`` is a space; a bad ``%`` escape is an error)."""
+    if "%" not in s and "+" not in s:
+        return s
+    if _BAD_ESCAPE.search(s):
+        raise ValueError(f"invalid URL escape in {s!r}")
+    return unquote_to_bytes(s.replace("+", " ")).decode("utf-8", "replace")
+
+
+def parse_query(raw: str) -> tuple[dict[str, list[str]], bool]:
+    """Go's ``url.ParseQuery``: the values, and False if any part was malformed
+    (a bad escape, or a ``;`` separator, which Go rejects since 1.17)."""
+    values: dict[str, list[str]] = {}
+    ok = True
+    for part in raw.split("&"):
+        if ";" in part:
+            ok = False
+            continue
+        if not part:
+            continue
+        key, _, value = part.partition("=")
+        try:
+            key = _query_unescape(key)
+            value = _query_unescape(value)
+        except ValueError:
+            ok = False
+            continue
+        values.setdefault(key, []).append(value)
+    return values, ok
+
+
+def req_params(request: web.Request) -> dict[str, list[str]]:
+    """Parsed query parameters (``http_api.NewReqParams``); a malformed query is 400
+    ``INVALID_REQUEST``."""
+    values, ok = parse_query(request.rel_url.raw_query_string)
+    if not ok:
+        raise HTTPError(400, "INVALID_REQUEST")
+    return values
+
+
+def get_param(values: dict[str, list[str]], key: str) -> str | None:
+    """``ReqParams.Get``: the first value, or None when the key is absent (an empty value
+    is a value)."""
+    v = values.get(key)
+    return v[0] if v else None
+
+
+def topic_channel_args(values: dict[str, list[str]]) -> tuple[str, str]:
+    """Go's ``http_api.GetTopicChannelArgs``."""
+    topic = get_param(values, "topic")
+    if topic is None:
+        raise HTTPError(400, "MISSING_ARG_TOPIC")
+    if not is_valid_topic_name(topic):
+        raise HTTPError(400, "INVALID_ARG_TOPIC")
+    channel = get_param(values, "channel")
+    if channel is None:
+        raise HTTPError(400, "MISSING_ARG_CHANNEL")
+    if not is_valid_channel_name(channel):
+        raise HTTPError(400, "INVALID_ARG_CHANNEL")
+    return topic, channel
+
+
+async def expect_handler(request: web.Request) -> None:
+    """Accept ``Expect: 100-continue`` but send the ``100 Continue`` only when the handler
+    reads the body (as Go's server does), so an early 413 saves the upload."""
+    expect = request.headers.get("Expect", "")
+    if request.version >= (1, 1) and expect.lower() != "100-continue":
+        raise web.HTTPExpectationFailed(text=f"Unknown Expect: {expect}")
+
+
+_CONTINUED = web.RequestKey("nsq.continued", bool)
+
+
+async def continue_100(request: web.Request) -> None:
+    """Send the deferred ``100 Continue`` (once) before reading a body."""
+    if (
+        request.version >= (1, 1)
+        and _CONTINUED not in request
+        and request.headers.get("Expect", "").lower() == "100-continue"
+    ):
+        request[_CONTINUED] = True
+        await request.writer.write(b"HTTP/1.1 100 Continue\r\n\r\n")
+        request.writer.output_size = 0
+
+
+async def read_max(request: web.Request, limit: int) -> bytes:
+    """Read the body, stopping after ``limit`` bytes (Go's ``io.LimitReader``)."""
+    await continue_100(request)
+    content = request.content
+    chunks: list[bytes] = []
+    n = 0
+    while n < limit:
+        chunk = await content.read(limit - n)
+        if not chunk:
+            break
+        chunks.append(chunk)
+        n += len(chunk)
+    return chunks[0] if len(chunks) == 1 else b"".join(chunks)
+
+
+def clean_path(p: str) -> str:
+    """httprouter's ``CleanPath``: collapse ``//``, resolve ``.``/``..``, keep a trailing /."""
+    if not p:
+        return "/"
+    parts: list[str] = []
+    for seg in p.split("/"):
+        if seg in ("", "."):
+            continue
+        if seg == "..":
+            if parts:
+                parts.pop()
+            continue
+        parts.append(seg)
+    out = "/" + "/".join(parts)
+    if p.endswith("/") and out != "/":
+        out += "/"
+    return out
+
+
+# --- routing ------------------------------------------------------------------------------------
+
+
+class Router:
+    """httprouter with ``HandleMethodNotAllowed``, NSQ's NotFound/MethodNotAllowed/Panic
+    handlers and the ``Log`` decorator; requests and crashes are logged to ``log``."""
+
+    def __init__(self, log: logging.Logger) -> None:
+        self.log = log
+        #: path → method → (handler, style, logged)
+        self.routes: dict[str, dict[str, Route]] = {}
+        #: ``/config/:opt``-style routes: (prefix, param name, method → route)
+        self.param_routes: list[tuple[str, str, dict[str, Route]]] = []
+        self.methods: set[str] = set()
+
+    def route(
+        self, method: str, path: str, handler: Handler, style: str = V1, logged: bool = True
+    ) -> None:
+        self.methods.add(method)
+        if "/:" in path:
+            prefix, _, name = path.rpartition(":")
+            for p, n, table in self.param_routes:
+                if p == prefix and n == name:
+                    table[method] = (handler, style, logged)
+                    return
+            self.param_routes.append((prefix, name, {method: (handler, style, logged)}))
+            return
+        self.routes.setdefault(path, {})[method] = (handler, style, logged)
+
+    def _lookup(self, path: str) -> tuple[dict[str, Route] | None, Params]:
+        table = self.routes.get(path)
+        if table is not None:
+            return table, {}
+        for prefix, name, ptable in self.param_routes:
+            if path.startswith(prefix):
+                value = path[len(prefix) :]
+                if value and "/" not in value:
+                    return ptable, {name: value}
+        return None, {}
+
+    def _allowed(self, path: str, method: str) -> str:
+        table, _ = self._lookup(path)
+        if not table:
+            return ""
+        allow = sorted(m for m in table if m != method and m != "OPTIONS")
+        return ", ".join([*allow, "OPTIONS"]) if allow else ""
+
+    def _has(self, path: str, method: str) -> bool:
+        table, _ = self._lookup(path)
+        return table is not None and method in table
+
+    def _fixed_path(self, path: str, method: str) -> str | None:
+        """httprouter's redirects: wrong trailing slash, then a case-insensitive match of the
+        cleaned path (for the request's method only)."""
+        if len(path) > 1 and path.endswith("/"):
+            alt = path[:-1]
+        else:
+            alt = path + "/"
+        if self._has(alt, method):
+            return alt
+        clean = clean_path(path)
+        for cand in (clean, clean[:-1] if len(clean) > 1 and clean.endswith("/") else clean + "/"):
+            low = cand.lower()
+            for route, table in self.routes.items():
+                if method in table and route.lower() == low:
+                    return route
+            for prefix, _, ptable in self.param_routes:
+                if method in ptable and low.startswith(prefix.lower()):
+                    value = cand[len(prefix) :]
+                    if value and "/" not in value:
+                        return prefix + value
+        return None
+
+    async def dispatch(self, request: web.Request) -> web.StreamResponse:
+        path = request.path
+        method = request.method
+        table, params = self._lookup(path)
+        if table is not None:
+            route = table.get(method)
+            if route is not None:
+                return await self.call(request, route, params)
+        if method in self.methods and method != "CONNECT" and path != "/":
+            fixed = self._fixed_path(path, method)
+            if fixed is not None:
+                return self._redirect(request, fixed, 301 if method == "GET" else 307)
+        if method == "OPTIONS":
+            allow = self._allowed(path, method)
+            if allow:
+                return web.Response(status=200, headers={"Allow": allow})
+        else:
+            allow = self._allowed(path, method)
+            if allow:
+                return await self.call(
+                    request, (self._method_not_allowed, V1, True), {"allow": allow}
+                )
+        return await self.call(request, (self._not_found, V1, True), {})
+
+    @staticmethod
+    def _redirect(request: web.Request, path: str, code: int) -> web.Response:
+        qs = request.rel_url.raw_query_string
+        location = path + ("?" + qs if qs else "")
+        headers = {"Location": location}
+        if request.method in ("GET", "HEAD"):
+            headers["Content-Type"] = "text/html; charset=utf-8"
+            text = "Moved Permanently" if code == 301 else "Temporary Redirect"
+            return web.Response(
+                status=code,
+                body=f'<a href="{html.escape(location)}">{text}</a>.\n\n'.encode(),
+                headers=headers,
+            )
+        return web.Response(status=code, headers=headers)
+
+    @staticmethod
+    async def _not_found(request: web.Request, params: Params) -> Any:
+        raise HTTPError(404, "NOT_FOUND")
+
+    @staticmethod
+    async def _method_not_allowed(request: web.Request, params: Params) -> Any:
+        raise HTTPError(405, "METHOD_NOT_ALLOWED")
+
+    async def call(self, request: web.Request, route: Route, params: Params) -> web.StreamResponse:
+        """Run one handler in its response style; log it like Go's ``Log`` decorator."""
+        handler, style, logged = route
+        start = time.perf_counter_ns()
+        status = 200
+        resp: web.StreamResponse
+        try:
+            data = await handler(request, params)
+        except HTTPError as e:
+            status = e.status
+            if style == PLAIN:
+                resp = respond_plain(e.text, status)
+            else:
+                extra = {"Allow": params["allow"]} if status == 405 and "allow" in params else None
+                resp = respond_v1_error(status, e.text, extra)
+        except Exception:
+            # Go's PanicHandler: log it, answer 500 INTERNAL_ERROR
+            self.log.exception("panic in HTTP handler - %s %s", request.method, request.path)
+            status = 500
+            resp = respond_v1_error(500, "INTERNAL_ERROR")
+        else:
+            if isinstance(data, web.StreamResponse):
+                resp = data
+                status = data.status
+            elif style == PLAIN:
+                resp = respond_plain(data or "")
+            else:
+                resp = respond_v1(data)
+        if logged:
+            self.log.info(
+                "%d %s %s (%s) %s",
+                status,
+                request.method,
+                request.raw_path,
+                request.remote,
+                format_duration_ns(time.perf_counter_ns() - start),
+            )
+        return resp
+
+
+async def serve(
+    dispatch: Callable[[web.Request], Awaitable[web.StreamResponse]], sock: socket.socket
+) -> web.AppRunner:
+    """Serve every path and method through ``dispatch`` on an already-bound socket."""
+    app = web.Application()
+    app.router.add_route("*", "/{tail:.*}", dispatch, expect_handler=expect_handler)
+    runner = web.AppRunner(app, access_log=None, shutdown_timeout=2.0)
+    await runner.setup()
+    await web.SockSite(runner, sock).start()
+    return runner
+
+
+# --- /debug/pprof equivalents ---------------------------------------------------------------------
+
+
+class Pprof:
+    """Python equivalents of Go's ``net/http/pprof`` handlers, answered in plain text:
+
+    the index, ``cmdline`` (argv, NUL-separated), ``goroutine`` (thread stacks and asyncio
+    tasks), ``heap`` (tracemalloc top allocation sites when tracing, plus memory and GC
+    counters) and ``profile?seconds=N`` (cProfile of the event loop for N seconds, pstats
+    text). ``symbol``, ``block`` and ``threadcreate`` have no Python meaning and are not
+    routed (404 ``NOT_FOUND``).
+    """
+
+    def __init__(
+        self,
+        app: str,
+        mem_stats: Callable[[], dict[str, int]] | None = None,
+        extra_index: str = "",
+    ) -> None:
+        self.app = app
+        self.mem_stats = mem_stats
+        self.extra_index = extra_index
+        self._profiling = False
+
+    def install(self, router: Router, index_path: str = "/debug/pprof/") -> None:
+        """Route the index at ``index_path`` and the profiles under ``/debug/pprof/``."""
+        r = router.route
+        r("GET", index_path, self.pprof_index, RAW, logged=False)
+        r("GET", "/debug/pprof/cmdline", self.pprof_cmdline, RAW, logged=False)
+        r("GET", "/debug/pprof/goroutine", self.pprof_goroutine, RAW, logged=False)
+        r("GET", "/debug/pprof/heap", self.pprof_heap, RAW, logged=False)
+        r("GET", "/debug/pprof/profile", self.pprof_profile, RAW, logged=False)
+
+    async def pprof_index(self, request: web.Request, params: Params) -> Any:
+        return respond_plain(
+            "nsqpy debug endpoints (Python equivalents of Go's pprof):\n\n"
+            "/debug/pprof/cmdline     the command line, NUL-separated\n"
+            "/debug/pprof/goroutine   stacks of every thread and asyncio task\n"
+            "/debug/pprof/heap        tracemalloc top allocation sites (when tracing)\n"
+            "/debug/pprof/profile     cProfile of the event loop; ?seconds=N (default 30)\n"
+            + self.extra_index
+        )
+
+    async def pprof_cmdline(self, request: web.Request, params: Params) -> Any:
+        return respond_plain("\x00".join(sys.argv))
+
+    async def pprof_goroutine(self, request: web.Request, params: Params) -> Any:
+        out = io.StringIO()
+        frames = sys._current_frames()
+        for th in threading.enumerate():
+            out.write(f"thread {th.name} (ident {th.ident}{', daemon' if th.daemon else ''}):\n")
+            frame = frames.get(th.ident) if th.ident is not None else None
+            if frame is not None:
+                out.writelines(traceback.format_stack(frame))
+            out.write("\n")
+        tasks = asyncio.all_tasks()
+        out.write(f"asyncio tasks: {len(tasks)}\n\n")
+        for task in tasks:
+            out.write(f"{task!r}:\n")
+            out.writelines(traceback.format_list(_await_stack(task.get_coro())))
+            out.write("\n")
+        return respond_plain(out.getvalue())
+
+    async def pprof_heap(self, request: web.Request, params: Params) -> Any:
+        out = io.StringIO()
+        if tracemalloc.is_tracing():
+            snap = tracemalloc.take_snapshot()
+            top = snap.statistics("lineno")
+            total = sum(s.size for s in top)
+            out.write(f"tracemalloc: {total} bytes in {len(top)} allocation sites\n\n")
+            for s in top[:100]:
+                out.write(f"{s}\n")
+        else:
+            out.write(
+                f"tracemalloc is not tracing; start {self.app} with PYTHONTRACEMALLOC=1 "
+                "(or -X tracemalloc) for allocation sites\n\n"
+            )
+        counters = (
+            self.mem_stats() if self.mem_stats is not None
+            else {"heap_objects": sys.getallocatedblocks()}
+        )
+        for key, value in counters.items():
+            out.write(f"{key} {value}\n")
+        out.write(f"gc_count {gc.get_count()}\ngc_threshold {gc.get_threshold()}\n")
+        for gen, st in enumerate(gc.get_stats()):
+            out.write(f"gc_generation_{gen} {st}\n")
+        return respond_plain(out.getvalue())
+
+    async def pprof_profile(self, request: web.Request, params: Params) -> Any:
+        values, _ = parse_query(request.rel_url.raw_query_string)
+        try:
+            seconds = float(get_param(values, "seconds") or "0")
+        except ValueError:
+            seconds = 0.0
+        if not 0 < seconds < float("inf"):
+            seconds = 30.0
+        if self._profiling:
+            return respond_plain(
+                "Could not enable CPU profiling: cpu profiling already in use\n", 500
+            )
+        prof = cProfile.Profile()
+        try:
+            prof.enable()
+        except ValueError as e:  # another profiler owns this thread
+            return respond_plain(f"Could not enable CPU profiling: {e}\n", 500)
+        self._profiling = True
+        try:
+            await asyncio.sleep(seconds)
+        finally:
+            prof.disable()
+            self._profiling = False
+        out = io.StringIO()
+        pstats.Stats(prof, stream=out).sort_stats("cumulative").print_stats(100)
+        return respond_plain(out.getvalue())
+
+
+def _await_stack(coro: Any) -> traceback.StackSummary:
+    """The frames of a coroutine and everything it awaits (outermost first)."""
+    frames = []
+    while coro is not None:
+        frame = getattr(coro, "cr_frame", None) or getattr(coro, "gi_frame", None)
+        if frame is not None:
+            frames.append((frame, frame.f_lineno))
+        coro = getattr(coro, "cr_await", None) or getattr(coro, "gi_yieldfrom", None)
+    return traceback.StackSummary.extract(iter(frames))
