@@ -35,6 +35,7 @@ from typing import TYPE_CHECKING, Any
 
 from aiohttp import web
 
+from ..goflags import go_quote
 from .. import NSQ_VERSION
 from ..httpapi import (
     JSON_TYPE,
@@ -56,7 +57,6 @@ from ..protocol.commands import decode_mpub
 from ..protocol.errors import ProtocolError
 from ..protocol.names import is_valid_topic_name
 from .options import InvalidOptionError, OptionsError, config_value, set_config_value
-from .protocol_v2 import go_quote
 from .stats import (
     BOOL_PARAMS,
     install_gc_tracker,
@@ -97,25 +97,6 @@ def _split_text_mpub(data: bytes, limit: int, max_msg_size: int) -> list[bytes]:
         if len(block) > max_msg_size:
             raise HTTPError(413, "MSG_TOO_BIG")
         out.append(block)
-    return out
-
-
-def _clean_path(p: str) -> str:
-    """httprouter's ``CleanPath``: collapse ``//``, resolve ``.``/``..``, keep a trailing /."""
-    if not p:
-        return "/"
-    parts: list[str] = []
-    for seg in p.split("/"):
-        if seg in ("", "."):
-            continue
-        if seg == "..":
-            if parts:
-                parts.pop()
-            continue
-        parts.append(seg)
-    out = "/" + "/".join(parts)
-    if p.endswith("/") and out != "/":
-        out += "/"
     return out
 
 

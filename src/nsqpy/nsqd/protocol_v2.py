@@ -20,6 +20,7 @@ from heapq import heappop, heappush
 from typing import TYPE_CHECKING, Any
 
 from .. import NSQ_VERSION
+from ..goflags import go_quote
 from ..protocol.commands import CommandParser, LineTooLong, decode_mpub
 from ..protocol.errors import ProtocolError
 from ..protocol.frames import (
@@ -52,27 +53,6 @@ DEFAULT_BUFFER_SIZE = 16 * 1024
 
 _MSG_HEAD = struct.Struct(">IiqH").pack
 _INFINITE = float("inf")
-
-
-def go_quote(s: str) -> str:
-    """Go's ``%q`` of a string (what nsqd puts around names in error texts)."""
-    out = ['"']
-    for ch in s:
-        o = ord(ch)
-        if ch == '"' or ch == "\\":
-            out.append("\\" + ch)
-        elif ch == "\n":
-            out.append("\\n")
-        elif ch == "\t":
-            out.append("\\t")
-        elif ch == "\r":
-            out.append("\\r")
-        elif o < 0x20 or o == 0x7F:
-            out.append(f"\\x{o:02x}")
-        else:
-            out.append(ch)
-    out.append('"')
-    return "".join(out)
 
 
 def parse_base10(b: bytes) -> int | None:
