@@ -127,6 +127,20 @@ async def test_registers_everything_on_connect_and_after_reconnect(tmp_path, fak
         assert fake.commands[0] == "IDENTIFY"
 
 
+async def test_backoff_restarts_after_each_successful_connection(tmp_path, fake, monkeypatch):
+    """Every lost connection is retried after MIN_BACKOFF, however many came before: the
+    doubling backoff is for failed attempts only (it used to carry over from one lost
+    connection to the next, so a lookupd restarted a few times waited up to MAX_BACKOFF)."""
+    monkeypatch.setattr(lookup, "MIN_BACKOFF", 0.02)
+    monkeypatch.setattr(lookup, "MAX_BACKOFF", 5.0)
+    async with NSQD(make_options(tmp_path, nsqlookupd_tcp_addresses=[fake.address])):
+        await wait_for(lambda: len(fake.identify) == 1)
+        for n in range(2, 10):  # without the reset, the 8th waits 0.02 * 2**7 s > 2 s
+            await wait_for(lambda: fake.conns)
+            fake.drop_connections()
+            await wait_for(lambda n=n: len(fake.identify) == n, timeout=2)
+
+
 async def test_pings_every_interval(tmp_path, fake, monkeypatch):
     monkeypatch.setattr(lookup, "PING_INTERVAL", 0.2)
     async with NSQD(make_options(tmp_path, nsqlookupd_tcp_addresses=[fake.address])):

@@ -239,23 +239,47 @@ def test_durable_topic_stays_after_its_last_producer():
     assert db.lookup("t", 300, 45, NOW) == ([], [])
 
 
-def test_remove_peer_leaves_every_registration_but_keeps_them():
+def test_remove_peer_leaves_every_registration_and_keeps_durable_ones():
+    db = RegistrationDB()
+    a, b = peer(1), peer(2)
+    for p in (a, b):
+        db.identify(p)
+    db.register(a, "t", "c")
+    db.register(b, "t")
+    left = db.remove_peer(a.id)
+    assert set(left) == {
+        Registration("client", "", ""),
+        Registration("channel", "t", "c"),
+        Registration("topic", "t", ""),
+    }
+    assert db.lookup_registrations(a.id) == []
+    assert db.channels("t") == ["c"]  # durable: outlives its last producer, as in Go
+    assert [p.peer_info for p in db.find_producers("client", "", "")] == [b]
+    assert db.remove_peer(a.id) == []
+    db.remove_peer(b.id)
+    assert db.topics() == ["t"] and db.channels("t") == ["c"]
+
+
+def test_remove_peer_drops_ephemeral_registrations_with_their_last_producer():
+    """A dropped connection treats #ephemeral channels and topics like UNREGISTER does:
+    they go with their last producer (Go 1.3 would keep them, empty)."""
     db = RegistrationDB()
     a, b = peer(1), peer(2)
     for p in (a, b):
         db.identify(p)
     db.register(a, "t", "c#ephemeral")
-    db.register(b, "t")
-    left = db.remove_peer(a.id)
-    assert set(left) == {
-        Registration("client", "", ""),
-        Registration("channel", "t", "c#ephemeral"),
-        Registration("topic", "t", ""),
-    }
-    assert db.lookup_registrations(a.id) == []
-    assert db.channels("t") == ["c#ephemeral"]  # as in Go, even an ephemeral one
-    assert [p.peer_info for p in db.find_producers("client", "", "")] == [b]
-    assert db.remove_peer(a.id) == []
+    db.register(b, "t", "c#ephemeral")
+    db.register(a, "t", "d#ephemeral")
+    db.register(a, "e#ephemeral", "c")
+    db.create_channel("t", "h#ephemeral")  # made over HTTP: no producer ever
+    db.remove_peer(a.id)
+    assert sorted(db.channels("t")) == ["c#ephemeral", "h#ephemeral"]  # b still produces c
+    assert db.topics() == ["t"]
+    assert db.channels("e#ephemeral") == ["c"]  # as UNREGISTER: only the topic key goes
+    db.remove_peer(b.id)
+    assert db.channels("t") == ["h#ephemeral"]  # this peer never was one of its producers
+    assert db.topics() == ["t"]
+    assert db.lookup("t", 300, 45, NOW) == (["h#ephemeral"], [])
 
 
 # --- HTTP operations ----------------------------------------------------------------------------
@@ -448,8 +472,13 @@ class RegistryMachine(RuleBasedStateMachine):
             return
         self.connected.discard(n)
         self.db.remove_peer(PEERS[n].id)
-        for producers in self.model.values():
+        for k, producers in list(self.model.items()):
+            if n not in producers:
+                continue
             producers.discard(n)
+            ephemeral = k[2] if k[0] == "channel" else k[1] if k[0] == "topic" else ""
+            if not producers and ephemeral.endswith("#ephemeral"):
+                del self.model[k]
 
     @invariant()
     def db_matches_model(self) -> None:

@@ -3,8 +3,11 @@
 Each peer connects (``  V1``), sends IDENTIFY with this node's broadcast address and ports,
 REGISTERs every topic (or every topic/channel pair), then forwards REGISTER/UNREGISTER as
 topics and channels come and go, and PINGs every 15 s. A lost connection is re-established
-with backoff (1 s doubling to 15 s) and everything is registered again, so a restarted
-lookupd re-learns the node within one PING period.
+with backoff (1 s doubling to 15 s, back to 1 s once a connection was made) and everything
+is registered again, so a restarted lookupd re-learns the node within one PING period.
+
+The commands are built by the sans-I/O :mod:`nsqpy.protocol.lookup` (``register`` and
+``unregister`` are re-exported here for :mod:`nsqpy.nsqd.nsqd`).
 """
 
 from __future__ import annotations
@@ -18,6 +21,7 @@ import struct
 from typing import TYPE_CHECKING
 
 from .. import NSQ_VERSION
+from ..protocol.lookup import MAGIC_V1, identify, ping, register, unregister
 
 if TYPE_CHECKING:
     from .nsqd import NSQD
@@ -25,18 +29,14 @@ if TYPE_CHECKING:
 log = logging.getLogger("nsqd")
 
 PING_INTERVAL = 15.0
+MIN_BACKOFF = 1.0
 MAX_BACKOFF = 15.0
 DIAL_TIMEOUT = 1.0
 RESPONSE_TIMEOUT = 5.0
+#: a V1 response is ``[int32 BE size][data]`` (``protocol.lookup.encode_response``)
 _SIZE = struct.Struct(">i")
 
-
-def register(topic: str, channel: str = "") -> bytes:
-    return f"REGISTER {topic} {channel}\n".encode() if channel else f"REGISTER {topic}\n".encode()
-
-
-def unregister(topic: str, channel: str = "") -> bytes:
-    return f"UNREGISTER {topic} {channel}\n".encode() if channel else f"UNREGISTER {topic}\n".encode()
+__all__ = ["LookupPeer", "LookupPeers", "register", "unregister"]
 
 
 class LookupPeer:
@@ -69,11 +69,10 @@ class LookupPeer:
             self._writer.close()
 
     async def _run(self) -> None:
-        backoff = 1.0
+        backoff = MIN_BACKOFF
         while True:
             try:
                 await self._session()
-                backoff = 1.0
             except asyncio.CancelledError:
                 raise
             except (OSError, asyncio.IncompleteReadError, TimeoutError, ValueError) as e:
@@ -82,6 +81,10 @@ class LookupPeer:
                 else:
                     log.error("LOOKUPD(%s): failed to connect - %s", self.address, e)
             finally:
+                # _session only ever ends by raising: a connection that was made resets
+                # the backoff, so every lookupd restart is re-learned within MAX_BACKOFF
+                if self.connected:
+                    backoff = MIN_BACKOFF
                 self.connected = False
                 if self._writer is not None:
                     self._writer.close()
@@ -105,7 +108,7 @@ class LookupPeer:
             asyncio.open_connection(host.strip("[]"), int(port)), DIAL_TIMEOUT
         )
         self._writer = writer
-        writer.write(b"  V1")
+        writer.write(MAGIC_V1)
         nsqd = self.nsqd
         ident = {
             "version": NSQ_VERSION,
@@ -114,8 +117,7 @@ class LookupPeer:
             "hostname": socket.gethostname(),
             "broadcast_address": nsqd.options.broadcast_address,
         }
-        body = json.dumps(ident).encode()
-        resp = await self._command(reader, writer, b"IDENTIFY\n" + _SIZE.pack(len(body)) + body)
+        resp = await self._command(reader, writer, identify(ident))
         if resp.startswith(b"E_"):
             raise ValueError(f"IDENTIFY rejected: {resp.decode('utf-8', 'replace')}")
         try:
@@ -134,7 +136,7 @@ class LookupPeer:
         while True:
             cmd = await self._next_command(reader, max(next_ping - loop.time(), 0))
             if cmd is None:
-                await self._checked(reader, writer, b"PING\n")
+                await self._checked(reader, writer, ping())
                 next_ping = loop.time() + PING_INTERVAL
             else:
                 await self._checked(reader, writer, cmd)

@@ -6,7 +6,7 @@ it, keyed by the peer id (the nsqd connection's remote address). A producer wrap
 peer's :class:`PeerInfo` and carries its own tombstone, so a node tombstoned for one topic
 stays listed for the others. Registrations outlive their producers (a topic stays known
 after its last nsqd leaves) unless removed through the HTTP API, or they are ``#ephemeral``
-and their last producer UNREGISTERs them.
+and their last producer leaves (UNREGISTER, or its connection drops).
 
 ``find_*`` take ``"*"`` for key or subkey as a wildcard, exactly like Go (so ``"*"`` can
 never be looked up literally). Times are integer nanoseconds since the epoch (``now`` is
@@ -105,6 +105,16 @@ class Producer:
     def __repr__(self) -> str:
         p = self.peer_info
         return f"{p.broadcast_address} [{p.tcp_port}, {p.http_port}]"
+
+
+def _leaves_with_last_producer(k: Registration) -> bool:
+    """An ``#ephemeral`` channel, or an ``#ephemeral`` topic's own key: removed when its last
+    producer goes. On UNREGISTER this is Go's rule; on a dropped connection Go 1.3 keeps the
+    empty registration (listed by ``/channels`` and ``/lookup`` until an HTTP delete), we
+    apply the same rule so an ephemeral channel never outlives its last nsqd."""
+    if k.category == CHANNEL:
+        return is_ephemeral(k.subkey)
+    return k.category == TOPIC and is_ephemeral(k.key)
 
 
 def filter_by_active(
@@ -258,13 +268,17 @@ class RegistrationDB:
         return removed, unexpected
 
     def remove_peer(self, peer_id: str) -> list[Registration]:
-        """The connection closed: remove the peer from every registration (the registrations
-        stay, as in Go, even ``#ephemeral`` ones). Returns those it left."""
+        """The connection closed: remove the peer from every registration. Durable ones stay;
+        an ``#ephemeral`` channel or topic this peer was the last producer of is removed, as
+        UNREGISTER does (Go 1.3 keeps those, empty, until an HTTP delete: see
+        ``_leaves_with_last_producer``). Returns the registrations the peer left."""
         out = []
         for k in self.lookup_registrations(peer_id):
-            was, _ = self.remove_producer(k, peer_id)
+            was, left = self.remove_producer(k, peer_id)
             if was:
                 out.append(k)
+            if left == 0 and _leaves_with_last_producer(k):
+                self.remove_registration(k)
         return out
 
     # --- what the HTTP API does ---------------------------------------------------------
