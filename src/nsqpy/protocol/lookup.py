@@ -205,7 +205,7 @@ def _fold(key: str) -> str | None:
 
 
 def identify(info: dict[str, Any]) -> bytes:
-    body = json.dumps(info).encode()
+    body = json.dumps(info, separators=(",", ":")).encode()
     return b"IDENTIFY\n" + _INT32.pack(len(body)) + body
 
 
