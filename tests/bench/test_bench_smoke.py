@@ -60,3 +60,28 @@ def test_bench_run_smoke() -> None:
     written = rows[("sequential", "PUB")]["msgs"]
     assert rows[("sequential", "SUB")]["msgs"] == written
     assert rows[("latency", "LAT")]["p99_ms"] is not None
+
+
+@pytest.mark.timeout(200)
+def test_bench_client_smoke() -> None:
+    """bench_client.py (our client library through our nsqd) prints both figures."""
+    proc = subprocess.run(
+        [sys.executable, str(ROOT / "bench" / "bench_client.py"), "--smoke", "--json",
+         f"--nsqd-bin={NSQD}"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=180,
+    )
+    output = f"--- stdout\n{proc.stdout}\n--- stderr\n{proc.stderr}"
+    assert proc.returncode == 0, output
+    assert "RESULT: OK" in proc.stdout, output
+    for test in ("PUB", "SUB"):  # the Go-style result line: msgs/s and MB/s
+        line = [ln for ln in proc.stdout.splitlines() if ln.startswith(f"{test}: [bench_client]")]
+        assert line and "mb/s" in line[0] and "ops/s" in line[0], output
+    summary = json.loads([ln for ln in proc.stdout.splitlines() if ln.startswith('{"tool"')][-1])
+    assert summary["failures"] == []
+    rows = {r["test"]: r for r in summary["rows"]}
+    assert set(rows) == {"PUB", "SUB"}
+    assert rows["PUB"]["msgs"] > 0 and rows["SUB"]["msgs"] == rows["PUB"]["msgs"]
+    assert all(r["ops_per_s"] > 0 and r["mb_per_s"] > 0 for r in rows.values())

@@ -4,11 +4,17 @@
 asks), answers heartbeats with ``NOP``, matches responses and error frames to the commands
 that expect one, in order, and hands message frames to a callback. Writes are buffered and
 flushed once per event-loop turn.
+
+The read path is batch-shaped: every complete frame of one ``data_received`` is decoded at
+once (:meth:`FrameReader.feed_batched`), and with ``on_messages`` each run of messages goes
+to the callback as one list. FINs are buffered as bare ids and written as one block with the
+next flush.
 """
 
 from __future__ import annotations
 
 import asyncio
+import functools
 import json
 import logging
 import time
@@ -19,13 +25,11 @@ from typing import Any, cast
 from nsqpy.protocol import commands
 from nsqpy.protocol.frames import (
     FRAME_TYPE_ERROR,
-    FRAME_TYPE_MESSAGE,
     FRAME_TYPE_RESPONSE,
     HEARTBEAT,
     MAGIC_V2,
     DecodedMessage,
     FrameReader,
-    decode_message,
 )
 
 from .config import ConnectionConfig
@@ -43,6 +47,9 @@ log = logging.getLogger("nsqpy.client")
 DEFAULT_MAX_RDY_COUNT = 2500
 
 MessageCallback = Callable[["Connection", DecodedMessage], None]
+#: ``factory(conn, id, body, timestamp, attempts)`` builds what ``on_messages`` receives.
+MessageFactory = Callable[["Connection", bytes, bytes, int, int], Any]
+MessagesCallback = Callable[["Connection", list[Any]], None]
 ErrorCallback = Callable[["Connection", ErrorFrame], None]
 CloseCallback = Callable[["Connection", "BaseException | None"], None]
 
@@ -66,12 +73,20 @@ class Connection(asyncio.Protocol):
         on_message: MessageCallback | None = None,
         on_error: ErrorCallback | None = None,
         on_close: CloseCallback | None = None,
+        on_messages: MessagesCallback | None = None,
+        message_factory: MessageFactory | None = None,
     ) -> None:
+        """Messages are built by ``message_factory(conn, id, body, timestamp, attempts)``
+        (default: a :class:`DecodedMessage`). ``on_messages`` gets each run of consecutive
+        messages of one read as one list, before any frame that follows them; without it,
+        ``on_message`` gets them one by one."""
         self.address = address
         self.host, self.port = split_address(address)
         self.config = config or ConnectionConfig()
         self.config.check_supported()
         self.on_message = on_message
+        self.on_messages = on_messages
+        self._make_message = functools.partial(message_factory or _decoded_message, self)
         self.on_error = on_error
         self.on_close = on_close
         #: The server's IDENTIFY response (empty before IDENTIFY or without negotiation).
@@ -84,6 +99,7 @@ class Connection(asyncio.Protocol):
         self._reader = FrameReader()
         self._pending: deque[asyncio.Future[bytes]] = deque()
         self._wbuf: list[bytes] = []
+        self._fins: list[bytes] = []  # ids to FIN, written in order before the next command
         self._flush_handle: asyncio.Handle | None = None
         self._watchdog: asyncio.TimerHandle | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -198,12 +214,29 @@ class Connection(asyncio.Protocol):
     def _write(self, data: bytes) -> None:
         if self.closed:
             raise ConnectionClosedError(f"connection to {self.address} is closed")
+        if self._fins:
+            self._take_fins()
         self._wbuf.append(data)
         if self._flush_handle is None and self._loop is not None:
             self._flush_handle = self._loop.call_soon(self._flush)
 
+    def fin(self, msg_id: bytes) -> None:
+        """Send ``FIN <msg_id>`` (buffered like :meth:`send`, without building the line yet)."""
+        if self.closed:
+            raise ConnectionClosedError(f"connection to {self.address} is closed")
+        self._fins.append(msg_id)
+        if self._flush_handle is None and self._loop is not None:
+            self._flush_handle = self._loop.call_soon(self._flush)
+
+    def _take_fins(self) -> None:
+        fins = self._fins
+        self._fins = []
+        self._wbuf.append(b"FIN " + b"\nFIN ".join(fins) + b"\n")
+
     def _flush(self) -> None:
         self._flush_handle = None
+        if self._fins:
+            self._take_fins()
         if self._wbuf and self._transport is not None and not self._transport.is_closing():
             buf = self._wbuf
             self._wbuf = []
@@ -243,39 +276,47 @@ class Connection(asyncio.Protocol):
     def data_received(self, data: bytes) -> None:
         self.last_recv = time.monotonic()
         try:
-            frames = self._reader.feed(data)
+            items = self._reader.feed_batched(data, self._make_message)
         except ValueError as e:
             self.abort(e)
             return
-        for ftype, payload in frames:
-            if ftype == FRAME_TYPE_MESSAGE:
-                if self.on_message is not None:
-                    self.on_message(self, decode_message(payload))
-            elif ftype == FRAME_TYPE_RESPONSE:
-                if payload == HEARTBEAT:
-                    self.send(commands.NOP)
-                    continue
-                if payload == b"CLOSE_WAIT":
-                    self.close_wait = True
-                self._resolve(payload, None)
-            elif ftype == FRAME_TYPE_ERROR:
-                err = error_from_frame(payload)
-                if err.code in NON_FATAL_CODES:
-                    if self.on_error is not None:
-                        self.on_error(self, err)
-                    else:
-                        log.warning("%s: %s", self.address, err)
-                    continue
-                if not self._resolve(None, err):
-                    if self.on_error is not None:
-                        self.on_error(self, err)
-                    else:
-                        log.error("%s: %s", self.address, err)
+        for item in items:
+            if type(item) is list:
+                if self.on_messages is not None:
+                    self.on_messages(self, item)
+                elif self.on_message is not None:
+                    for m in item:
+                        self.on_message(self, m)
             else:
-                self.abort(NSQError(f"unknown frame type {ftype}"))
-                return
+                assert type(item) is tuple
+                self._frame(*item)
             if self.closed:
                 return
+
+    def _frame(self, ftype: int, payload: bytes) -> None:
+        """A response or error frame: heartbeat, answer to the oldest command, or error."""
+        if ftype == FRAME_TYPE_RESPONSE:
+            if payload == HEARTBEAT:
+                self.send(commands.NOP)
+                return
+            if payload == b"CLOSE_WAIT":
+                self.close_wait = True
+            self._resolve(payload, None)
+        elif ftype == FRAME_TYPE_ERROR:
+            err = error_from_frame(payload)
+            if err.code in NON_FATAL_CODES:
+                if self.on_error is not None:
+                    self.on_error(self, err)
+                else:
+                    log.warning("%s: %s", self.address, err)
+                return
+            if not self._resolve(None, err):
+                if self.on_error is not None:
+                    self.on_error(self, err)
+                else:
+                    log.error("%s: %s", self.address, err)
+        else:
+            self.abort(NSQError(f"unknown frame type {ftype}"))
 
     def _resolve(self, data: bytes | None, err: ErrorFrame | None) -> bool:
         # Frames answer commands strictly in order, so the oldest pending command owns this
@@ -291,3 +332,8 @@ class Connection(asyncio.Protocol):
                 assert data is not None
                 fut.set_result(data)
         return True
+
+
+def _decoded_message(conn: Connection, msg_id: bytes, body: bytes, timestamp: int, attempts: int) -> Any:
+    """The default ``message_factory``: what ``on_message`` receives."""
+    return DecodedMessage(timestamp, attempts, msg_id, body)

@@ -4,14 +4,20 @@ Connections come from fixed nsqd addresses and/or nsqlookupd HTTP addresses poll
 jitter (producers merged on ``broadcast_address:tcp_port``). As the seeds prescribe, a fixed
 nsqd is reconnected with exponential backoff, a discovered one only when a later lookupd poll
 still lists it. RDY values come from :class:`~nsqpy.client.rdy.RdyController`.
+
+The delivery path is batch-shaped: a connection hands over the messages of one read as a
+list (one RDY bookkeeping call for all), they wait in a deque, and a waiting iterator is
+woken once per batch; FINs are buffered by the connection and written once per loop turn.
 """
 
 from __future__ import annotations
 
 import asyncio
+import functools
 import inspect
 import logging
 import random
+from collections import deque
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Self
@@ -20,7 +26,6 @@ from urllib.parse import urlencode, urlsplit
 import aiohttp
 
 from nsqpy.protocol import commands
-from nsqpy.protocol.frames import DecodedMessage
 from nsqpy.protocol.names import is_valid_channel_name, is_valid_topic_name
 
 from .config import ConnectionConfig
@@ -128,7 +133,9 @@ class Consumer:
         self._tasks: dict[str, asyncio.Task[None]] = {}
         self._background: set[asyncio.Task[Any]] = set()
         self._poll_task: asyncio.Task[None] | None = None
-        self._queue: asyncio.Queue[Message | None] = asyncio.Queue()
+        self._ready: deque[Message] = deque()  # received, not handed out yet
+        self._waiters: deque[asyncio.Future[None]] = deque()  # idle iterators
+        self._make_message = functools.partial(Message, self)
         self._timer: asyncio.TimerHandle | None = None
         self._timer_at: float | None = None
         self._rdy_version = -1
@@ -171,11 +178,10 @@ class Consumer:
                 conn.send_request(commands.CLS)
             except ConnectionClosedError:
                 pass
-        while not self._queue.empty():
-            m = self._queue.get_nowait()
-            if m is not None:
-                m.requeue(0, backoff=False)
-        self._queue.put_nowait(None)  # ends every iterator
+        ready = self._ready
+        while ready:
+            ready.popleft().requeue(0, backoff=False)
+        self._wake(len(self._waiters))  # ends every iterator
         timeout = self.drain_timeout if drain_timeout is None else drain_timeout
         if self._held:
             try:
@@ -254,19 +260,50 @@ class Consumer:
         return self
 
     async def __anext__(self) -> Message:
-        await self.start()
+        if not self._started:
+            await self.start()
+        ready = self._ready
         while True:
-            msg = await self._queue.get()
-            if msg is None:
-                self._queue.put_nowait(None)
+            if ready:
+                msg = ready.popleft()
+                if msg._conn.closed:
+                    # nsqd requeued it when the connection closed; skip the stale copy
+                    msg._responded = True
+                    continue
+                msg._delivered = True
+                self._held += 1
+                return msg
+            if self.closing:
                 raise StopAsyncIteration
-            if msg._conn.closed:
-                # nsqd requeued it when the connection closed; skip the stale copy
-                msg._responded = True
-                continue
-            msg._delivered = True
-            self._held += 1
-            return msg
+            await self._wait_ready()
+            # Woken for a batch: if it is bigger than one message, wake up to two more
+            # iterators (they get going while this one handles its message; with
+            # handlers that await, every message soon has one; with handlers that
+            # don't, this one drains the batch and the others find nothing).
+            if len(ready) > 1 and self._waiters:
+                self._wake(2)
+
+    async def _wait_ready(self) -> None:
+        assert self._loop is not None
+        fut: asyncio.Future[None] = self._loop.create_future()
+        self._waiters.append(fut)
+        try:
+            await fut
+        except asyncio.CancelledError:
+            if not fut.cancelled():
+                self._wake(1)  # woken, then cancelled: pass the wake-up on to another
+            elif fut in self._waiters:
+                self._waiters.remove(fut)  # don't pile up (e.g. anext() under wait_for)
+            raise
+
+    def _wake(self, n: int) -> None:
+        """Wake up to ``n`` idle iterators."""
+        waiters = self._waiters
+        while n > 0 and waiters:
+            fut = waiters.popleft()
+            if not fut.done():
+                fut.set_result(None)
+                n -= 1
 
     async def run(self, handler: Handler, *, concurrency: int | None = None) -> None:
         """Call ``handler`` for each message with up to ``concurrency`` at once (default:
@@ -276,8 +313,14 @@ class Consumer:
 
         async def worker() -> None:
             async for msg in self:
-                async with msg.process():
+                try:  # what msg.process() does, without a context manager per message
                     await handler(msg)
+                except BaseException as e:
+                    msg._handler_failed(e)
+                    if not isinstance(e, Exception):
+                        raise
+                else:
+                    msg.finish()
 
         workers = [asyncio.create_task(worker()) for _ in range(n)]
         try:
@@ -289,8 +332,9 @@ class Consumer:
     # --- internals: messages ------------------------------------------------------------
 
     def _now(self) -> float:
-        assert self._loop is not None
-        return self._loop.time()
+        loop = self._loop
+        assert loop is not None
+        return loop.time()
 
     def _send(self, conn: Connection, data: bytes) -> None:
         if not conn.closed:
@@ -324,22 +368,38 @@ class Consumer:
         self._apply(self.rdy.tick(self._now()))
         self._reschedule()
 
-    def _on_message(self, conn: Connection, m: DecodedMessage) -> None:
-        self._received += 1
-        msg = Message(self, conn, m.id, m.body, m.timestamp, m.attempts)
-        updates = self.rdy.on_message(conn, self._now())
+    def _on_messages(self, conn: Connection, msgs: list[Message]) -> None:
+        """The messages of one read on ``conn`` (built by ``_make_message``)."""
+        self._received += len(msgs)
+        updates = self.rdy.on_message(conn, self._now(), len(msgs))
         if updates:
             self._apply(updates)
-        if self.max_attempts and m.attempts > self.max_attempts:
+        limit = self.max_attempts
+        if limit:
+            for m in msgs:
+                if m.attempts > limit:
+                    msgs = self._give_up_some(msgs, limit)
+                    break
+        if self.closing:
+            for m in msgs:
+                m.requeue(0, backoff=False)
+            return
+        self._ready.extend(msgs)
+        if self._waiters:
+            self._wake(1)
+
+    def _give_up_some(self, msgs: list[Message], limit: int) -> list[Message]:
+        """Hand the messages over ``limit`` attempts to the giving-up hook; return the rest."""
+        keep: list[Message] = []
+        for m in msgs:
+            if m.attempts <= limit:
+                keep.append(m)
+                continue
             self._given_up += 1
-            t = asyncio.ensure_future(self._give_up(msg))
+            t = asyncio.ensure_future(self._give_up(m))
             self._background.add(t)
             t.add_done_callback(self._background.discard)
-            return
-        if self.closing:
-            msg.requeue(0, backoff=False)
-            return
-        self._queue.put_nowait(msg)
+        return keep
 
     async def _give_up(self, msg: Message) -> None:
         log.warning("consumer: giving up on %r after %d attempts", msg, msg.attempts)
@@ -351,6 +411,21 @@ class Consumer:
         except Exception:
             log.exception("consumer: giving-up hook failed")
         msg.finish()
+
+    def _fin(self, msg: Message) -> None:
+        """FIN ``msg`` (the hot path of :meth:`_finished`)."""
+        conn = msg._conn
+        if not conn.closed:
+            conn.fin(msg.id)
+        self._finished_count += 1
+        if msg._delivered:
+            self._held -= 1
+            if self.closing:
+                self._notify()
+        if not self.rdy.on_fin(conn):
+            # nsqd requeued it already if the connection closed: no verdict on the message
+            signal = Signal.CONTINUE if conn.closed else Signal.SUCCESS
+            self._apply(self.rdy.on_finished(conn, signal, self._now()))
 
     def _finished(self, msg: Message, cmd: bytes, backoff: bool | None) -> None:
         """A message was answered: ``backoff`` None for FIN, else REQ with/without backoff."""
@@ -413,7 +488,8 @@ class Consumer:
             pass
 
     async def _open(self, addr: str) -> Connection:
-        conn = Connection(addr, self.config, on_message=self._on_message, on_error=self._on_error,
+        conn = Connection(addr, self.config, on_messages=self._on_messages,
+                          message_factory=self._make_message, on_error=self._on_error,
                           on_close=self._on_close)
         await conn.connect()
         try:

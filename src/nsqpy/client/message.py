@@ -24,8 +24,8 @@ class Message:
     deliveries (1 the first time) and ``nsqd_address`` says which nsqd sent it.
     """
 
-    __slots__ = ("id", "body", "timestamp", "attempts", "nsqd_address", "_consumer", "_conn", "_responded",
-                 "_delivered")
+    # Built once per message received: keep the slots few and __init__ plain.
+    __slots__ = ("id", "body", "timestamp", "attempts", "_consumer", "_conn", "_responded", "_delivered")
 
     def __init__(self, consumer: Consumer, conn: Connection, msg_id: bytes, body: bytes,
                  timestamp: int, attempts: int) -> None:
@@ -33,7 +33,6 @@ class Message:
         self.body = body
         self.timestamp = timestamp
         self.attempts = attempts
-        self.nsqd_address = conn.address
         self._consumer = consumer
         self._conn = conn
         self._responded = False
@@ -41,6 +40,10 @@ class Message:
 
     def __repr__(self) -> str:
         return f"<Message {self.id.decode()} attempts={self.attempts} from {self.nsqd_address}>"
+
+    @property
+    def nsqd_address(self) -> str:
+        return self._conn.address
 
     @property
     def has_responded(self) -> bool:
@@ -52,7 +55,7 @@ class Message:
         """FIN: the message is done (also lowers the consumer's backoff level)."""
         if not self._responded:
             self._responded = True
-            self._consumer._finished(self, b"FIN " + self.id + b"\n", None)
+            self._consumer._fin(self)
 
     def requeue(self, delay: float | None = None, *, backoff: bool = True) -> None:
         """REQ after ``delay`` seconds (default: default_requeue_delay × attempts, capped)."""
@@ -67,6 +70,19 @@ class Message:
         """TOUCH: reset the server's timeout for this message."""
         if not self._responded:
             self._consumer._send(self._conn, b"TOUCH " + self.id + b"\n")
+
+    def _handler_failed(self, exc: BaseException) -> None:
+        """Answer for a handler that raised ``exc`` (see :meth:`process`); other
+        BaseExceptions than CancelledError leave the message unanswered."""
+        if isinstance(exc, RequeueMessage):
+            self.requeue(exc.delay, backoff=exc.backoff)
+        elif isinstance(exc, GiveUp):
+            self.finish()
+        elif isinstance(exc, asyncio.CancelledError):
+            self.requeue(0, backoff=False)
+        elif isinstance(exc, Exception):
+            log.warning("handler failed for %r; requeueing", self, exc_info=exc)
+            self.requeue()
 
     async def fin(self) -> None:
         self.finish()
@@ -83,16 +99,10 @@ class Message:
         ``GiveUp`` FINs). Exceptions are logged and swallowed so a consuming loop goes on."""
         try:
             yield self
-        except RequeueMessage as e:
-            self.requeue(e.delay, backoff=e.backoff)
-        except GiveUp:
-            self.finish()
-        except asyncio.CancelledError:
-            self.requeue(0, backoff=False)
-            raise
-        except Exception:
-            log.warning("handler failed for %r; requeueing", self, exc_info=True)
-            self.requeue()
+        except BaseException as e:
+            self._handler_failed(e)
+            if not isinstance(e, Exception):
+                raise
         else:
             self.finish()
 

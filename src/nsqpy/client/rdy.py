@@ -38,6 +38,11 @@ class Signal(enum.Enum):
     CONTINUE = "continue"  # REQ without backoff: keep the level
 
 
+# Enum member lookups cost a descriptor call; the hot paths compare with these.
+_SUCCESS = Signal.SUCCESS
+_FAILURE = Signal.FAILURE
+
+
 class BackoffPolicy(Protocol):
     def ceiling(self, level: int) -> float:
         """The largest duration this policy can give for ``level`` (decides the max level)."""
@@ -215,13 +220,13 @@ class RdyController:
         self._rebalance(now, out)
         return out
 
-    def on_message(self, key: Hashable, now: float) -> list[RdyUpdate]:
-        """A message arrived on ``key``."""
+    def on_message(self, key: Hashable, now: float, count: int = 1) -> list[RdyUpdate]:
+        """``count`` messages arrived on ``key`` (one read's worth at a time is fine)."""
         c = self.conns.get(key)
         if c is None:
             return []
-        c.in_flight += 1
-        c.received += 1
+        c.in_flight += count
+        c.received += count
         c.last_msg = now
         if self.backoff_level or self.backoff_until is not None:
             return []
@@ -244,6 +249,18 @@ class RdyController:
         if not self._signal(signal, now, out) and self._starving:
             self._rebalance(now, out)
         return out
+
+    def on_fin(self, key: Hashable) -> bool:
+        """The hot path of :meth:`on_finished` for a SUCCESS or CONTINUE: when it cannot
+        change any RDY (backoff level 0, so no backoff timeout either, and no connection
+        starving), record it and return True; otherwise record nothing and return False
+        (then call :meth:`on_finished`)."""
+        if self.backoff_level or self._starving:
+            return False
+        c = self.conns.get(key)
+        if c is not None and c.in_flight > 0:
+            c.in_flight -= 1
+        return True
 
     def set_max_in_flight(self, n: int, now: float) -> list[RdyUpdate]:
         if n < 0:
@@ -301,11 +318,11 @@ class RdyController:
             return False  # one result per timeout: ignore the rest
         updated = False
         level = self.backoff_level
-        if signal is Signal.SUCCESS:
+        if signal is _SUCCESS:
             if level > 0:
                 level -= 1
                 updated = True
-        elif signal is Signal.FAILURE:
+        elif signal is _FAILURE:
             if self.backoff.ceiling(level + 1) <= self.max_backoff_duration:
                 level += 1
                 updated = True
