@@ -64,6 +64,11 @@ class _Slot:
                 delay = min(delay * 2, p.max_reconnect_interval)
                 continue
             delay = p.reconnect_interval
+            if p.closing:
+                # close() came while connecting and its cancel was lost (3.11's wait_for
+                # drops a cancel that races with completion): don't keep this connection
+                conn.close()
+                return
             self.conn = conn
             p._update_connected()
             try:

@@ -1,0 +1,163 @@
+"""Helpers for the tool tests: run a tool's console script (with stdin bytes, or in the
+background with its output in files), poll conditions, read nsqd stats, collect messages."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import signal
+import socket
+import subprocess
+import time
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any, TypeVar
+
+from e2e.proc import NsqdProcess, script
+
+from nsqpy.client import SyncConsumer
+
+T = TypeVar("T")
+
+
+def run_tool(name: str, *args: str, input: bytes = b"",
+             timeout: float = 30.0) -> subprocess.CompletedProcess[bytes]:
+    """Run a tool to completion with ``input`` on stdin (killed, by PID, on timeout)."""
+    return subprocess.run([script(name), *args], input=input, capture_output=True, timeout=timeout)
+
+
+def wait_until(cond: Callable[[], T], timeout: float = 10.0, what: str = "condition") -> T:
+    """Poll ``cond`` until it returns something truthy (returned) or the deadline passes."""
+    deadline = time.monotonic() + timeout
+    while True:
+        v = cond()
+        if v:
+            return v
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout}s waiting for {what}")
+        time.sleep(0.02)
+
+
+class ToolProcess:
+    """A tool started in the background: stdin a pipe (or /dev/null), stdout/stderr in files,
+    always stopped by its PID."""
+
+    def __init__(self, name: str, args: Sequence[str], log_dir: Path, stdin_pipe: bool = False,
+                 argv: Sequence[str] | None = None, env: dict[str, str] | None = None) -> None:
+        """Start console script ``name`` with ``args`` (or run ``argv`` as is)."""
+        self.name = name
+        log_dir.mkdir(parents=True, exist_ok=True)
+        self.stdout_path = log_dir / f"{name}.{os.getpid()}.{id(self)}.stdout"
+        self.stderr_path = log_dir / f"{name}.{os.getpid()}.{id(self)}.stderr"
+        with open(self.stdout_path, "wb") as out, open(self.stderr_path, "wb") as err:
+            self.proc = subprocess.Popen(
+                list(argv) if argv is not None else [script(name), *args],
+                stdin=subprocess.PIPE if stdin_pipe else subprocess.DEVNULL,
+                stdout=out,
+                stderr=err,
+                env=env,
+            )
+
+    def stdout(self) -> bytes:
+        return self.stdout_path.read_bytes()
+
+    def stderr(self) -> str:
+        return self.stderr_path.read_text(errors="replace")
+
+    def write(self, data: bytes) -> None:
+        assert self.proc.stdin is not None
+        self.proc.stdin.write(data)
+        self.proc.stdin.flush()
+
+    def close_stdin(self) -> None:
+        if self.proc.stdin is not None:
+            self.proc.stdin.close()
+
+    def wait(self, timeout: float = 15.0) -> int:
+        return self.proc.wait(timeout)
+
+    def signal(self, sig: int) -> None:
+        if self.proc.poll() is None:
+            os.kill(self.proc.pid, sig)
+
+    def stop(self) -> None:
+        """SIGTERM, then SIGKILL after a deadline (no-op if it already exited)."""
+        if self.proc.poll() is None:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(self.proc.pid, signal.SIGTERM)
+            try:
+                self.proc.wait(5)
+            except subprocess.TimeoutExpired:
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(self.proc.pid, signal.SIGKILL)
+                self.proc.wait(5)
+        with contextlib.suppress(OSError):
+            self.close_stdin()
+
+    def describe(self) -> str:
+        return f"--- {self.name} stdout:\n{self.stdout()[-3000:]!r}\n--- stderr:\n{self.stderr()[-3000:]}"
+
+    def __enter__(self) -> ToolProcess:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+
+def stats(nsqd: NsqdProcess, topic: str | None = None) -> dict[str, Any]:
+    path = "/stats?format=json" + (f"&topic={topic}" if topic else "")
+    status, body = nsqd.http_get(path)
+    assert status == 200, body
+    data: dict[str, Any] = json.loads(body)
+    return data
+
+
+def topic_stats(nsqd: NsqdProcess, topic: str) -> dict[str, Any] | None:
+    for t in stats(nsqd, topic).get("topics") or []:
+        if t["topic_name"] == topic:
+            return t  # type: ignore[no-any-return]
+    return None
+
+
+def message_count(nsqd: NsqdProcess, topic: str) -> int:
+    t = topic_stats(nsqd, topic)
+    return -1 if t is None else int(t["message_count"])
+
+
+def channels(nsqd: NsqdProcess, topic: str) -> dict[str, dict[str, Any]]:
+    t = topic_stats(nsqd, topic)
+    return {} if t is None else {c["channel_name"]: c for c in t["channels"] or []}
+
+
+def collect(nsqd: NsqdProcess, topic: str, n: int, timeout: float = 20.0,
+            channel: str = "verify") -> list[bytes]:
+    """The first ``n`` message bodies of a new channel on ``topic`` (FINed), in arrival order."""
+    bodies: list[bytes] = []
+    deadline = time.monotonic() + timeout
+    with SyncConsumer(topic, channel, nsqd_tcp_addresses=nsqd.tcp_address,
+                      max_in_flight=min(max(n, 1), 2500)) as c:
+        while len(bodies) < n:
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                raise AssertionError(f"got {len(bodies)} of {n} messages from {topic}")
+            try:
+                msg = c.next(timeout=remaining)
+            except TimeoutError:
+                continue
+            bodies.append(msg.body)
+            msg.fin()
+    return bodies
+
+
+def free_port() -> int:
+    """A TCP port nothing listens on (bound once, then released)."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def publish_http(nsqd: NsqdProcess, topic: str, *bodies: bytes) -> None:
+    for body in bodies:
+        status, resp = nsqd.http_post(f"/pub?topic={topic}", body)
+        assert status == 200, resp
