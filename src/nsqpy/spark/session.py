@@ -1,0 +1,52 @@
+"""Build a SparkSession that stays on loopback and uses this interpreter for Python workers.
+
+pyspark is an optional dependency (``pip install nsqpy[spark]``); importing this module
+without it raises an ImportError that says so.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from typing import Any
+
+try:
+    from pyspark.sql import SparkSession
+except ImportError as exc:  # pragma: no cover - depends on the install
+    raise ImportError("nsqpy.spark needs pyspark: pip install 'nsqpy[spark]'") from exc
+
+
+def make_session(
+    master: str = "local[*]",
+    app_name: str = "nsqpy",
+    conf: dict[str, str] | None = None,
+    loopback: bool = True,
+) -> Any:
+    """Return a SparkSession (``getOrCreate``) with the ``nsq`` format registered.
+
+    With ``loopback`` (the default for ``local[...]`` masters) the driver binds to
+    127.0.0.1 only. Python workers run this interpreter unless PYSPARK_PYTHON is set.
+    """
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
+    builder = SparkSession.builder.master(master).appName(app_name)
+    if loopback and master.startswith("local"):
+        os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+        builder = builder.config("spark.driver.bindAddress", "127.0.0.1").config(
+            "spark.driver.host", "127.0.0.1"
+        )
+    defaults = {
+        "spark.ui.enabled": "false",
+        "spark.ui.showConsoleProgress": "false",
+        "spark.sql.shuffle.partitions": "4",
+        "spark.sql.session.timeZone": "UTC",
+    }
+    defaults.update(conf or {})
+    for key, value in defaults.items():
+        builder = builder.config(key, value)
+    spark = builder.getOrCreate()
+    spark.sparkContext.setLogLevel("WARN")
+    from nsqpy.spark import register
+
+    register(spark)
+    return spark
