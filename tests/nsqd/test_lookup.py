@@ -151,3 +151,23 @@ async def test_unreachable_lookupd_does_not_block_nsqd(tmp_path):
     async with NSQD(make_options(tmp_path, nsqlookupd_tcp_addresses=["127.0.0.1:1"])) as d:
         d.get_topic("t").get_channel("c")
         assert not d.lookup_peers.peers["127.0.0.1:1"].connected
+
+
+async def test_cancel_is_never_lost_when_lookupd_closes_at_the_same_moment() -> None:
+    """nsqd's shutdown cancels a peer just as lookupd (stopped too) closes the connection:
+    the cancel must end the peer, whatever loop turn it lands on (it once hung stop())."""
+    for turns in range(8):
+        peer = lookup.LookupPeer(None, "127.0.0.1:1")  # type: ignore[arg-type]
+        reader = asyncio.StreamReader()
+        task = asyncio.ensure_future(peer._next_command(reader, 10.0))
+        await asyncio.sleep(0)
+        reader.feed_eof()  # lookupd went away
+        for _ in range(turns):
+            await asyncio.sleep(0)
+        cancelled = task.cancel()
+        try:
+            await task
+        except asyncio.CancelledError:
+            assert cancelled
+        except ConnectionError:
+            assert not cancelled, f"cancel after {turns} turns was swallowed"

@@ -33,6 +33,7 @@ MIN_BACKOFF = 1.0
 MAX_BACKOFF = 15.0
 DIAL_TIMEOUT = 1.0
 RESPONSE_TIMEOUT = 5.0
+CLOSE_TIMEOUT = 5.0
 #: a V1 response is ``[int32 BE size][data]`` (``protocol.lookup.encode_response``)
 _SIZE = struct.Struct(">i")
 
@@ -64,7 +65,7 @@ class LookupPeer:
         if self._task is not None:
             self._task.cancel()
             with contextlib.suppress(asyncio.CancelledError, Exception):
-                await self._task
+                await asyncio.wait_for(self._task, CLOSE_TIMEOUT)
         if self._writer is not None:
             self._writer.close()
 
@@ -150,11 +151,13 @@ class LookupPeer:
         try:
             done, _ = await asyncio.wait({get, watch}, timeout=timeout, return_when=asyncio.FIRST_COMPLETED)
         finally:
-            for t in (get, watch):
-                if not t.done():
-                    t.cancel()
-                    with contextlib.suppress(asyncio.CancelledError):
-                        await t
+            pending = [t for t in (get, watch) if not t.done()]
+            for t in pending:
+                t.cancel()
+            if pending:
+                # asyncio.wait never raises the inner tasks' CancelledError, so a cancel of
+                # this task that lands here still propagates (suppressing it hung stop())
+                await asyncio.wait(pending)
         if watch in done:
             raise ConnectionError("connection closed by nsqlookupd")
         if get in done:
