@@ -6,8 +6,11 @@ Starts an nsqd (console script, free loopback ports, temp data dir, large
 
 1. source: ``spark.readStream.format("nsq")`` with ``trigger(availableNow=True)`` writing
    Parquet (what the archive job does, minus the date partitioning). Reports rows/s
-   overall (query start to termination) and steady (batches after the first one, from
-   the query progress events);
+   overall (query start to termination), steady (batches after the first one, from
+   the query progress events), the start-up (query start to first trigger) and the first
+   batch's time. On a cold session the first batch carries Spark's one-off warm-up (JVM
+   planning/codegen, Python worker daemon), about 9-11 s on 2 cores; ``--warmup`` runs an
+   untimed query first so that overall measures a warm session;
 2. sink: ``df.write.format("nsq")`` of --count rows of --size bytes (``spark.range``
    bodies, so nothing but the sink is measured; after an untimed 10k-row warm-up write),
    rows/s; nsqd's /stats must show them all.
@@ -126,6 +129,7 @@ def run_source(spark: Any, nsqd: Nsqd, topic: str, work: Path, args: argparse.Na
         .load()
     )
     t0 = time.perf_counter()
+    t0_wall = time.time()
     q = (
         df.writeStream.format("parquet")
         .option("path", str(out))
@@ -137,7 +141,11 @@ def run_source(spark: Any, nsqd: Nsqd, topic: str, work: Path, args: argparse.Na
     wall = time.perf_counter() - t0
     if q.exception() is not None:
         raise RuntimeError(f"source query failed: {q.exception()}")
-    batches = [p for p in q.recentProgress if p["numInputRows"]]
+    progress = q.recentProgress
+    batches = [p for p in progress if p["numInputRows"]]
+    # query start -> first trigger: Spark starting the source's Python runner (a new
+    # process per query, warm or cold) and the reader's first offset calls
+    startup = _iso_seconds(progress[0]["timestamp"]) - t0_wall if progress else None
     rows = sum(p["numInputRows"] for p in batches)
     later = batches[1:]
     steady_rows = sum(p["numInputRows"] for p in later)
@@ -153,10 +161,20 @@ def run_source(spark: Any, nsqd: Nsqd, topic: str, work: Path, args: argparse.Na
         "seconds": round(wall, 2),
         "rows_per_s": round(rows / wall),
         "steady_rows_per_s": round(steady_rows / steady_s) if steady_s else None,
+        "startup_s": round(startup, 2) if startup is not None else None,
         "first_batch_s": round(batches[0]["durationMs"]["triggerExecution"] / 1000, 2) if batches else None,
         "first_batch_ms": batches[0]["durationMs"] if batches else None,
+        "batch_rows": [p["numInputRows"] for p in batches],
+        "batch_s": [round(p["durationMs"]["triggerExecution"] / 1000, 2) for p in batches],
         "max_records_per_batch": args.max_records_per_batch,
     }
+
+
+def _iso_seconds(ts: str) -> float:
+    """Epoch seconds of a query progress timestamp (``2026-01-01T00:00:00.000Z``)."""
+    from datetime import datetime
+
+    return datetime.fromisoformat(ts.replace("Z", "+00:00")).timestamp()
 
 
 def run_sink(spark: Any, nsqd: Nsqd, topic: str, args: argparse.Namespace) -> dict[str, Any]:
@@ -223,7 +241,7 @@ def main(argv: list[str] | None = None) -> int:
             print(
                 f"[source] {src['rows']} rows in {src['seconds']}s ({src['batches']} batches): "
                 f"{src['rows_per_s']} rows/s overall, {src['steady_rows_per_s']} rows/s steady "
-                f"(first batch {src['first_batch_s']}s)",
+                f"(startup {src['startup_s']}s, first batch {src['first_batch_s']}s)",
                 flush=True,
             )
             if src["rows"] != args.count or src["parquet_rows"] != args.count:
