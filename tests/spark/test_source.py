@@ -348,3 +348,26 @@ def test_subscription_refused_by_nsqd_fails_the_query(
             q.awaitTermination(60)
     finally:
         q.stop()
+
+
+def test_available_now_that_reaches_no_nsqd_fails(spark: Any, unique_topic: str, tmp_path: Path) -> None:
+    """A bounded run against an nsqd that does not answer fails the query (Go's tools exit 1)
+    instead of finishing "drained" with nothing read."""
+    import socket
+
+    with socket.socket() as s:  # a port nothing listens on
+        s.bind(("127.0.0.1", 0))
+        dead = f"127.0.0.1:{s.getsockname()[1]}"
+    df = _reader(spark, unique_topic, tmp_path / "spool", nsqdTcpAddresses=dead, availableNowQuietMs=200)
+    q = (
+        df.writeStream.format("noop")
+        .option("checkpointLocation", str(tmp_path / "c"))
+        .trigger(availableNow=True)
+        .start()
+    )
+    try:
+        with pytest.raises(Exception, match="could not connect to any nsqd"):
+            q.awaitTermination(60)
+            raise AssertionError("the query ended without an error") from q.exception()
+    finally:
+        q.stop()

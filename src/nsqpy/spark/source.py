@@ -279,6 +279,7 @@ class _Consumer(threading.Thread):
         self._channel_col = _ConstColumn(rt.opts.channel)
         self._addr_col = _ConstColumn(tcp_address)
         self.persisted = 0
+        self.last_error = ""
 
     # --- lifecycle ---
 
@@ -303,6 +304,7 @@ class _Consumer(threading.Thread):
                 if rt.stopping:
                     break
                 log.warning("nsq source: connection to nsqd %s failed: %s", self.tcp_address, exc)
+                self.last_error = f"{type(exc).__name__}: {exc}"
             finally:
                 self._drop_burst()
                 self.connected = False
@@ -659,7 +661,14 @@ class _Runtime:
         could not connect. The target is then the last chunk written; RDY goes to 0."""
         if not self.available_now or self.target is not None:
             return
-        if all(c.drained for c in self.consumers.values()):
+        consumers = list(self.consumers.values())
+        if all(c.drained for c in consumers):
+            if consumers and all(c.sessions == 0 for c in consumers):
+                # a bounded run that reached no nsqd did not drain anything: fail (as
+                # Go's tools exit 1 when they cannot connect) rather than report success
+                why = "; ".join(f"{c.tcp_address}: {c.last_error or 'no connection'}" for c in consumers)
+                self.fail(ConnectionError(f"nsq source: could not connect to any nsqd ({why})"))
+                return
             self.target = self.spool.last_seq
             log.info("nsq source: availableNow target is chunk %d", self.target)
             self.cond.notify_all()
