@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import json
 import socket
-import struct
 import time
 import urllib.error
 import urllib.parse
@@ -25,11 +24,10 @@ from nsqpy.protocol.frames import (
     FRAME_TYPE_RESPONSE,
     HEARTBEAT,
     MAGIC_V2,
+    FrameReader,
 )
 
 USER_AGENT = f"nsqpy-spark/{__version__}"
-
-_FRAME = struct.Struct(">Ii")
 
 __all__ = [
     "USER_AGENT",
@@ -105,7 +103,7 @@ class BlockingConnection:
         self.sock = socket.create_connection((host, port), timeout=connect_timeout)
         self.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         self.sock.settimeout(30.0)
-        self._buf = bytearray()
+        self._frames = FrameReader()
         self.closed = False
         self._backlog: list[tuple[int, bytes]] = []
         self.sock.sendall(MAGIC_V2)
@@ -131,36 +129,21 @@ class BlockingConnection:
             return None
         if not data:
             raise ConnectionError(f"nsqd {self.address} closed the connection")
-        buf = self._buf
-        buf += data
-        frames: list[tuple[int, bytes]] = []
-        pos = 0
-        end = len(buf)
-        heartbeat = False
-        while end - pos >= 8:
-            size, ftype = _FRAME.unpack_from(buf, pos)
-            if size < 4:
-                raise ConnectionError(f"nsqd {self.address}: invalid frame size {size}")
-            if end - pos - 4 < size:
-                break
-            payload = bytes(buf[pos + 8 : pos + 4 + size])
-            pos += 4 + size
-            if ftype == FRAME_TYPE_RESPONSE and payload == HEARTBEAT:
-                heartbeat = True
-            else:
-                frames.append((ftype, payload))
-        del buf[:pos]
-        if heartbeat:
+        try:
+            received = self._frames.feed(data)
+        except ValueError as exc:
+            raise ConnectionError(f"nsqd {self.address}: {exc}") from None
+        frames = [f for f in received if f[0] != FRAME_TYPE_RESPONSE or f[1] != HEARTBEAT]
+        if len(frames) < len(received):
             self.sock.sendall(commands.NOP)
         return frames
 
-    def detach_buffer(self) -> bytes:
-        """Bytes received but not yet parsed (for a caller that takes over the socket)."""
+    def detach_reader(self) -> FrameReader:
+        """The frame decoder with whatever was received but not yet parsed, for a caller
+        that takes over the socket (and decodes with ``FrameReader.feed_batched``)."""
         if self._backlog:
             raise RuntimeError("frames are still queued on this connection")
-        data = bytes(self._buf)
-        self._buf.clear()
-        return data
+        return self._frames
 
     def next_frame(self, timeout: float) -> tuple[int, bytes]:
         """The next frame other than a heartbeat; TimeoutError after ``timeout`` s."""

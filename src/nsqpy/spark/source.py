@@ -31,7 +31,6 @@ import time
 import urllib.parse
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
-from struct import Struct
 from typing import Any
 
 import pyarrow as pa
@@ -47,11 +46,11 @@ from pyspark.sql.streaming.datasource import (
 
 from nsqpy.protocol import commands
 from nsqpy.protocol.errors import ProtocolError
+from nsqpy.protocol.frames import FrameReader
 from nsqpy.protocol.names import is_valid_channel_name, is_valid_topic_name
 
 from .nsqconn import (
     FRAME_TYPE_ERROR,
-    FRAME_TYPE_MESSAGE,
     HEARTBEAT,
     BlockingConnection,
     http_get_json,
@@ -86,8 +85,10 @@ REFUSALS = frozenset(
 )
 OUTPUT_BUFFER_TIMEOUT_MS = 50
 
-_FRAME = Struct(">Ii")
-_MSG = Struct(">qH")
+
+
+def _message_fields(msg_id: bytes, body: bytes, ts: int, attempts: int) -> tuple[bytes, bytes, int, int]:
+    return msg_id, body, ts, attempts
 
 
 # --- options ----------------------------------------------------------------------------------
@@ -274,7 +275,7 @@ class _Consumer(threading.Thread):
         self._attempts: list[int] = []
         self._bodies: list[bytes] = []
         self._first_at = 0.0
-        self._rest = b""
+        self._frames = FrameReader()
         self._topic_col = _ConstColumn(rt.opts.topic)
         self._channel_col = _ConstColumn(rt.opts.channel)
         self._addr_col = _ConstColumn(tcp_address)
@@ -337,7 +338,7 @@ class _Consumer(threading.Thread):
         if resp != b"OK":
             raise ProtocolError("E_INVALID", f"unexpected SUB response {resp!r}")
         self.sessions += 1
-        self._rest = conn.detach_buffer()
+        self._frames = conn.detach_reader()
         if rt.available_now and self.sessions == 1:
             self._snapshot_pending()
         self.connected = True
@@ -407,36 +408,30 @@ class _Consumer(threading.Thread):
     # --- receiving ---
 
     def _parse(self, data: bytes) -> None:
-        if self._rest:
-            data = self._rest + data
         ids, tss, atts, bodies = self._ids, self._ts, self._attempts, self._bodies
         had = len(ids)
-        unpack_frame = _FRAME.unpack_from
-        unpack_msg = _MSG.unpack_from
-        pos = 0
-        end = len(data)
-        while end - pos >= 8:
-            size, ftype = unpack_frame(data, pos)
-            fend = pos + 4 + size
-            if fend > end:
-                break
-            if ftype == FRAME_TYPE_MESSAGE:
-                ts, att = unpack_msg(data, pos + 8)
-                tss.append(ts)
-                atts.append(att)
-                ids.append(data[pos + 18 : pos + 34])
-                bodies.append(data[pos + 34 : fend])
-            elif ftype == FRAME_TYPE_ERROR:
-                err = ProtocolError.from_frame(data[pos + 8 : fend])
+        try:
+            decoded = self._frames.feed_batched(data, _message_fields)
+        except ValueError as exc:
+            raise ConnectionError(f"nsqd {self.tcp_address}: {exc}") from None
+        for item in decoded:
+            if isinstance(item, list):
+                for msg_id, body, ts, att in item:
+                    ids.append(msg_id)
+                    bodies.append(body)
+                    tss.append(ts)
+                    atts.append(att)
+                continue
+            ftype, payload = item
+            if ftype == FRAME_TYPE_ERROR:
+                err = ProtocolError.from_frame(payload)
                 if err.fatal:
                     raise err
                 # E_FIN_FAILED: the message timed out before its FIN; nsqd re-delivers it
                 log.warning("nsq source: nsqd %s: %s", self.tcp_address, err)
-            elif data[pos + 8 : fend] == HEARTBEAT:
+            elif payload == HEARTBEAT:
                 assert self.conn is not None
                 self.conn.send(commands.NOP)
-            pos = fend
-        self._rest = data[pos:] if pos < end else b""
         if len(ids) > had:
             now = time.monotonic()
             if not had:
@@ -446,7 +441,7 @@ class _Consumer(threading.Thread):
 
     def _drop_burst(self) -> None:
         self._ids, self._ts, self._attempts, self._bodies = [], [], [], []
-        self._rest = b""
+        self._frames = FrameReader()
 
     def _persist(self) -> None:
         """Write the burst as chunks of at most one batch's worth of rows (durably), FIN'ing
