@@ -111,6 +111,21 @@ class RawClient:
             pass
 
 
+def wait_until(
+    cond: Callable[[], Any], timeout: float = 10.0, what: str = "condition", interval: float = 0.02
+) -> Any:
+    """Blocking twin of :func:`wait_for` (for tests driving subprocesses): poll ``cond``
+    until it returns something truthy (returned); fail after ``timeout`` seconds."""
+    deadline = time.monotonic() + timeout
+    while True:
+        v = cond()
+        if v:
+            return v
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout}s waiting for {what} (last: {v!r})")
+        time.sleep(interval)
+
+
 async def wait_for(
     cond: Callable[[], Any | Awaitable[Any]], timeout: float = 5.0, interval: float = 0.01
 ) -> Any:

@@ -21,6 +21,7 @@ from typing import Any, TypeVar
 
 import pytest
 from e2e.proc import DaemonProcess, NsqdProcess, NsqlookupdProcess, run_driver
+from support import wait_until
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -36,14 +37,7 @@ T = TypeVar("T")
 
 def poll(cond: Callable[[], T], what: str, timeout: float = 10.0) -> T:
     """The first truthy value of ``cond()``, polled until ``timeout`` s have passed."""
-    deadline = time.monotonic() + timeout
-    while True:
-        v = cond()
-        if v:
-            return v
-        if time.monotonic() > deadline:
-            raise AssertionError(f"not met within {timeout}s: {what} (last: {v!r})")
-        time.sleep(0.05)
+    return wait_until(cond, timeout, what, interval=0.05)  # type: ignore[no-any-return]
 
 
 def get_json(p: NsqdProcess | NsqlookupdProcess, path: str) -> Any:

@@ -8,10 +8,10 @@ import re
 import signal
 import socket
 import struct
-import time
 
 import pytest
 from e2e.proc import NsqlookupdProcess, nsqlookupd_fixture, run_script
+from support import wait_until
 
 pytestmark = pytest.mark.timeout(30)
 
@@ -53,14 +53,7 @@ class SyncV1:
 
 
 def poll(cond, timeout: float = 5.0):
-    deadline = time.monotonic() + timeout
-    while True:
-        v = cond()
-        if v:
-            return v
-        if time.monotonic() > deadline:
-            raise AssertionError(f"condition not met within {timeout}s")
-        time.sleep(0.02)
+    return wait_until(cond, timeout)
 
 
 def get_json(p: NsqlookupdProcess, path: str):

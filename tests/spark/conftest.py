@@ -20,6 +20,7 @@ pytest.importorskip("pyspark")
 pytest.importorskip("pyarrow")
 
 from e2e.proc import NsqdProcess, NsqlookupdProcess  # noqa: E402
+from support import wait_until  # noqa: E402
 
 from nsqpy.client.sync import SyncConsumer, SyncProducer  # noqa: E402
 
@@ -88,14 +89,7 @@ def publish(nsqd: NsqdProcess, topic: str, bodies: list[bytes]) -> None:
 
 
 def wait_for(cond: Callable[[], Any], timeout: float = 20.0, what: str = "condition") -> Any:
-    deadline = time.monotonic() + timeout
-    while True:
-        value = cond()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout}s waiting for {what}")
-        time.sleep(0.05)
+    return wait_until(cond, timeout, what, interval=0.05)
 
 
 def stats(nsqd: NsqdProcess, topic: str, channel: str | None = None) -> dict[str, Any] | None:

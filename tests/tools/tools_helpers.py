@@ -10,33 +10,21 @@ import signal
 import socket
 import subprocess
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any
 
 from e2e.proc import NsqdProcess, script
+from support import wait_until as wait_until  # re-exported for the tool tests
 
 from nsqpy.client import SyncConsumer
 
-T = TypeVar("T")
 
 
 def run_tool(name: str, *args: str, input: bytes = b"",
              timeout: float = 30.0) -> subprocess.CompletedProcess[bytes]:
     """Run a tool to completion with ``input`` on stdin (killed, by PID, on timeout)."""
     return subprocess.run([script(name), *args], input=input, capture_output=True, timeout=timeout)
-
-
-def wait_until(cond: Callable[[], T], timeout: float = 10.0, what: str = "condition") -> T:
-    """Poll ``cond`` until it returns something truthy (returned) or the deadline passes."""
-    deadline = time.monotonic() + timeout
-    while True:
-        v = cond()
-        if v:
-            return v
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout}s waiting for {what}")
-        time.sleep(0.02)
 
 
 class ToolProcess:
