@@ -371,6 +371,12 @@ def test_archive_frame_partitions_by_utc_date_and_hour(utc_spark) -> None:
     df = frame(utc_spark, [b"a", b"b"], start=dt.datetime(2024, 1, 2, 23, 59, 59, tzinfo=UTC))
     rows = jobs.archive_frame(df).collect()
     assert [(r["date"], r["hour"]) for r in rows] == [("2024-01-02", "23"), ("2024-01-03", "00")]
+    # same strings as date_format(yyyy-MM-dd / HH) across the day and around leap days
+    when = [dt.datetime(2024, 2, 29, h, 30, tzinfo=UTC) for h in (0, 9, 10, 23)]
+    when += [dt.datetime(1999, 12, 31, 23, 59, 59, 999999, tzinfo=UTC), dt.datetime(2100, 3, 1, tzinfo=UTC)]
+    for t in when:
+        (r,) = jobs.archive_frame(frame(utc_spark, [b"x"], start=t)).collect()
+        assert (r["date"], r["hour"]) == (f"{t:%Y-%m-%d}", f"{t:%H}"), t
     assert jobs.archive_frame(df).columns == [*jobs.SOURCE_COLUMNS, "date", "hour"]
 
 
@@ -445,6 +451,16 @@ def test_e2e_archive(nsqd_server, unique_topic: str, tmp_path: Path) -> None:
     assert set(table.column_names) >= {"id", "timestamp", "attempts", "body", "channel", "nsqd_address"}
     ch = stats(nsqd_server, unique_topic, "nsq_spark")
     assert ch is not None and ch["depth"] == 0 and ch["in_flight_count"] == 0
+    # the writer settings of the archive: plain (no dictionary) ids and bodies, dictionary
+    # for the repeated strings, no min/max statistics on bodies
+    import pyarrow.parquet as pq
+
+    meta = pq.ParquetFile(next(out.rglob("*.parquet"))).metadata.row_group(0)
+    cols = {meta.column(i).path_in_schema: meta.column(i) for i in range(meta.num_columns)}
+    assert not cols["id"].has_dictionary_page and not cols["body"].has_dictionary_page
+    assert cols["channel"].has_dictionary_page
+    assert cols["body"].statistics is None or not cols["body"].statistics.has_min_max
+    assert cols["id"].statistics.has_min_max
 
 
 @pytest.mark.timeout(300)
