@@ -455,6 +455,8 @@ class _Consumer(threading.Thread):
 
     def _write_chunk(self, ids: list[bytes], tss: list[int], atts: list[int], bodies: list[bytes]) -> None:
         n = len(ids)
+        if not n:
+            return
         batch = pa.RecordBatch.from_arrays(
             [
                 pa.array(ids, pa.binary()).cast(pa.string()),
@@ -469,7 +471,7 @@ class _Consumer(threading.Thread):
         )
         seq = self.rt.spool.write(batch)
         assert self.conn is not None
-        self.conn.send(b"".join([b"FIN " + i + b"\n" for i in ids]))
+        self.conn.send(b"FIN " + b"\nFIN ".join(ids) + b"\n")
         self.persisted += n
         self.rt.chunk_written(self, seq, n)
 

@@ -110,6 +110,10 @@ class Spool:
         for c in list_chunks(self.path):
             self.index[c.seq] = c.rows
         self.next_seq = max([self.committed, *self.index]) + 1
+        #: rows of every chunk present, and no chunk below `lowest` (rows_after is asked
+        #: for on every chunk written: it must not walk the whole index)
+        self.total_rows = sum(self.index.values())
+        self.lowest = min(self.index, default=self.next_seq)
 
     def _read_marker(self) -> int:
         try:
@@ -132,6 +136,8 @@ class Spool:
         with self.lock:
             if seq >= self.next_seq:
                 self.next_seq = seq + 1
+                if not self.index:
+                    self.lowest = self.next_seq
 
     def write(self, batch: pa.RecordBatch) -> int:
         """Persist one chunk durably and return its sequence number."""
@@ -146,7 +152,10 @@ class Spool:
                 os.rename(tmp, os.path.join(self.path, chunk_name(seq, batch.num_rows)))
                 fsync_dir(self.path)
                 self.next_seq = seq + 1
+                if not self.index:
+                    self.lowest = seq
                 self.index[seq] = batch.num_rows
+                self.total_rows += batch.num_rows
         except BaseException:
             with contextlib.suppress(OSError):
                 os.unlink(tmp)
@@ -166,7 +175,10 @@ class Spool:
 
     def rows_after(self, seq: int) -> int:
         with self.lock:
-            return sum(rows for s, rows in self.index.items() if s > seq)
+            # chunks are deleted from the bottom: those at or below seq are the few
+            # planned but not yet committed ones
+            below = range(self.lowest, min(seq, self.next_seq - 1) + 1)
+            return self.total_rows - sum(self.index.get(s, 0) for s in below)
 
     def _chunk_path(self, seq: int) -> str:
         return os.path.join(self.path, chunk_name(seq, self.index[seq]))
@@ -182,5 +194,6 @@ class Spool:
             for s in doomed:
                 with contextlib.suppress(FileNotFoundError):
                     os.unlink(self._chunk_path(s))
-                del self.index[s]
+                self.total_rows -= self.index.pop(s)
+            self.lowest = max(self.lowest, seq + 1)
             return len(doomed)
