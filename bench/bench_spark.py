@@ -4,13 +4,16 @@
 Starts an nsqd (console script, free loopback ports, temp data dir, large
 --mem-queue-size), pre-publishes --count messages of --size bytes, then:
 
-1. source: ``spark.readStream.format("nsq")`` with ``trigger(availableNow=True)`` writing
-   Parquet (what the archive job does, minus the date partitioning). Reports rows/s
-   overall (query start to termination), steady (batches after the first one, from
-   the query progress events), the start-up (query start to first trigger) and the first
-   batch's time. On a cold session the first batch carries Spark's one-off warm-up (JVM
-   planning/codegen, Python worker daemon), about 9-11 s on 2 cores; ``--warmup`` runs an
-   untimed query first so that overall measures a warm session;
+1. source: ``nsq_spark archive --available-now`` (its own query, in this process's
+   session: date/hour partitions, per-batch file commit) drains the topic to Parquet;
+   ``--pipeline parquet`` uses Spark's plain file sink instead. Reports rows/s overall
+   (query start to termination), steady (batches after the first one, from the query
+   progress), the start-up (query start to first trigger), the first batch's time, the CPU
+   seconds of all processes (JVM, Python workers, source runner, nsqd), the JVM's JIT
+   compile time, and the host's steal time (a shared machine inflates wall times). On a
+   cold session the first batch carries Spark's one-off warm-up (JIT compilation, Python
+   worker start-up); ``--warmup`` runs an untimed query first so that overall measures a
+   warm session;
 2. sink: ``df.write.format("nsq")`` of --count rows of --size bytes (``spark.range``
    bodies, so nothing but the sink is measured; after an untimed 10k-row warm-up write),
    rows/s; nsqd's /stats must show them all.
@@ -96,6 +99,50 @@ class Nsqd:
         self.log.close()
 
 
+def tree_cpu_seconds(root: int | None = None) -> float | None:
+    """CPU seconds (user + system, reaped children included) of ``root`` (this process)
+    and all its descendants: the JVM, its Python workers and runners, nsqd. Unlike wall
+    time it does not grow when the machine is shared (steal time); None off Linux."""
+    root = os.getpid() if root is None else root
+    hz = os.sysconf("SC_CLK_TCK")
+    procs: dict[int, tuple[int, float]] = {}
+    try:
+        names = os.listdir("/proc")
+    except OSError:
+        return None
+    for name in names:
+        if not name.isdigit():
+            continue
+        try:
+            with open(f"/proc/{name}/stat") as f:
+                fields = f.read().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        ppid = int(fields[1])
+        ticks = sum(int(x) for x in fields[11:15])  # utime stime cutime cstime
+        procs[int(name)] = (ppid, ticks / hz)
+    children: dict[int, list[int]] = {}
+    for pid, (ppid, _) in procs.items():
+        children.setdefault(ppid, []).append(pid)
+    total, todo = 0.0, [root]
+    while todo:
+        pid = todo.pop()
+        if pid in procs:
+            total += procs[pid][1]
+        todo.extend(children.get(pid, ()))
+    return total
+
+
+def cpu_steal_fraction() -> tuple[int, int] | None:
+    """(steal ticks, all ticks) so far from /proc/stat (None off Linux)."""
+    try:
+        with open("/proc/stat") as f:
+            fields = [int(x) for x in f.readline().split()[1:]]
+    except (OSError, ValueError):
+        return None
+    return (fields[7] if len(fields) > 7 else 0), sum(fields[:8])
+
+
 def prepublish(nsqd: Nsqd, topic: str, count: int, size: int) -> float:
     """MPUB ``count`` distinct ``size``-byte bodies; returns the seconds it took."""
     from nsqpy.spark.sink import SinkOptions, publish_batches
@@ -117,31 +164,27 @@ def prepublish(nsqd: Nsqd, topic: str, count: int, size: int) -> float:
 
 
 def run_source(spark: Any, nsqd: Nsqd, topic: str, work: Path, args: argparse.Namespace) -> dict[str, Any]:
-    out = work / "parquet"
-    df = (
-        spark.readStream.format("nsq")
-        .option("topic", topic)
-        .option("nsqdTcpAddresses", nsqd.tcp)
-        .option("nsqdHttpAddresses", nsqd.http)
-        .option("spoolPath", str(work / "spool"))
-        .option("maxRecordsPerBatch", str(args.max_records_per_batch))
-        .option("numPartitions", str(args.num_partitions))
-        .load()
-    )
+    """Read the topic with the ``nsq`` source until drained (availableNow) and write Parquet:
+    with ``--pipeline archive`` through ``nsq_spark archive``'s own query (date/hour
+    partitions, per-batch file commit), with ``--pipeline parquet`` through Spark's file sink."""
+    jit = spark.sparkContext._jvm.java.lang.management.ManagementFactory.getCompilationMXBean()
+    jit0 = jit.getTotalCompilationTime()
+    cpu0 = tree_cpu_seconds()
+    steal0 = cpu_steal_fraction()
     t0 = time.perf_counter()
     t0_wall = time.time()
-    q = (
-        df.writeStream.format("parquet")
-        .option("path", str(out))
-        .option("checkpointLocation", str(work / "checkpoint"))
-        .trigger(availableNow=True)
-        .start()
-    )
-    q.awaitTermination()
+    if args.pipeline == "archive":
+        out, query = _run_archive(spark, nsqd, topic, work, args)
+    else:
+        out, query = _run_file_sink(spark, nsqd, topic, work, args)
     wall = time.perf_counter() - t0
-    if q.exception() is not None:
-        raise RuntimeError(f"source query failed: {q.exception()}")
-    progress = q.recentProgress
+    cpu1 = tree_cpu_seconds()
+    steal1 = cpu_steal_fraction()
+    steal = None
+    if steal0 is not None and steal1 is not None and steal1[1] > steal0[1]:
+        steal = round(100 * (steal1[0] - steal0[0]) / (steal1[1] - steal0[1]), 1)
+    jit1 = jit.getTotalCompilationTime()
+    progress = query.recentProgress
     batches = [p for p in progress if p["numInputRows"]]
     # query start -> first trigger: Spark starting the source's Python runner (a new
     # process per query, warm or cold) and the reader's first offset calls
@@ -154,12 +197,19 @@ def run_source(spark: Any, nsqd: Nsqd, topic: str, work: Path, args: argparse.Na
     total = written.count()
     distinct = written.select("id").distinct().count()
     return {
+        "pipeline": args.pipeline,
         "rows": rows,
         "parquet_rows": total,
         "distinct_ids": distinct,
         "batches": len(batches),
         "seconds": round(wall, 2),
         "rows_per_s": round(rows / wall),
+        # all processes' CPU over the query (JVM, Python workers, source runner, nsqd)
+        "cpu_s": round(cpu1 - cpu0, 1) if cpu0 is not None and cpu1 is not None else None,
+        # the JVM's JIT compiler threads' time over the query (a cold JVM compiles a lot)
+        "jit_s": round((jit1 - jit0) / 1000, 1),
+        # the share of the machine's CPU time the hypervisor gave to others (vmstat's st)
+        "steal_pct": steal,
         "steady_rows_per_s": round(steady_rows / steady_s) if steady_s else None,
         "startup_s": round(startup, 2) if startup is not None else None,
         "first_batch_s": round(batches[0]["durationMs"]["triggerExecution"] / 1000, 2) if batches else None,
@@ -168,6 +218,52 @@ def run_source(spark: Any, nsqd: Nsqd, topic: str, work: Path, args: argparse.Na
         "batch_s": [round(p["durationMs"]["triggerExecution"] / 1000, 2) for p in batches],
         "max_records_per_batch": args.max_records_per_batch,
     }
+
+
+def _run_archive(
+    spark: Any, nsqd: Nsqd, topic: str, work: Path, args: argparse.Namespace
+) -> tuple[Path, Any]:
+    from nsqpy.spark import jobs
+
+    out = work / "archive"
+    opts = jobs.parse_args([
+        "archive", f"--topic={topic}", f"--nsqd-tcp-address={nsqd.tcp}", f"--output-dir={out}",
+        f"--checkpoint-dir={work / 'checkpoint'}", f"--spool-dir={work / 'spool'}",
+        f"--max-records-per-batch={args.max_records_per_batch}", "--available-now",
+    ])
+    jobs.validate(opts)
+    totals = jobs.Totals()
+    rc = jobs._run_query(spark, opts, jobs._Stop(), totals)
+    if rc != 0:
+        raise RuntimeError(f"nsq_spark archive query exited {rc}")
+    return out, totals.query
+
+
+def _run_file_sink(
+    spark: Any, nsqd: Nsqd, topic: str, work: Path, args: argparse.Namespace
+) -> tuple[Path, Any]:
+    out = work / "parquet"
+    df = (
+        spark.readStream.format("nsq")
+        .option("topic", topic)
+        .option("nsqdTcpAddresses", nsqd.tcp)
+        .option("nsqdHttpAddresses", nsqd.http)
+        .option("spoolPath", str(work / "spool"))
+        .option("maxRecordsPerBatch", str(args.max_records_per_batch))
+        .option("numPartitions", str(args.num_partitions))
+        .load()
+    )
+    q = (
+        df.writeStream.format("parquet")
+        .option("path", str(out))
+        .option("checkpointLocation", str(work / "checkpoint"))
+        .trigger(availableNow=True)
+        .start()
+    )
+    q.awaitTermination()
+    if q.exception() is not None:
+        raise RuntimeError(f"source query failed: {q.exception()}")
+    return out, q
 
 
 def _iso_seconds(ts: str) -> float:
@@ -198,6 +294,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--size", type=int, default=100, help="message size in bytes (default 100)")
     ap.add_argument("--smoke", action="store_true", help="a small run (--count 20000) for CI")
     ap.add_argument("--master", default="local[2]")
+    ap.add_argument("--pipeline", choices=("archive", "parquet"), default="archive",
+                    help="archive: nsq_spark archive's query (default); parquet: Spark's file sink")
     ap.add_argument("--max-records-per-batch", type=int, default=100_000,
                     help="source maxRecordsPerBatch (default 100000; the option's own default is 10000)")
     ap.add_argument("--num-partitions", type=int, default=2, help="source numPartitions / sink tasks")
@@ -206,6 +304,8 @@ def main(argv: list[str] | None = None) -> int:
                     help="run an untimed 10k-row source query first (JVM and Python workers warm)")
     ap.add_argument("--skip-sink", action="store_true")
     ap.add_argument("--skip-source", action="store_true")
+    ap.add_argument("--conf", action="append", default=[], metavar="KEY=VALUE",
+                    help="extra Spark configuration for the session (repeatable)")
     ap.add_argument("--json", action="store_true", help="print the results as one JSON line too")
     ap.add_argument("--keep", action="store_true", help="keep the work directory")
     args = ap.parse_args(argv)
@@ -225,11 +325,17 @@ def main(argv: list[str] | None = None) -> int:
             secs = prepublish(nsqd, "bench_source", args.count, args.size)
             results["prepublish_rows_per_s"] = round(args.count / secs)
             print(f"# pre-published {args.count} x {args.size} B in {secs:.1f}s", flush=True)
+        from nsqpy.spark.jobs import SESSION_CONF
+
+        conf = dict(SESSION_CONF)
+        conf["spark.sql.streaming.numRecentProgressUpdates"] = "10000"
+        for item in args.conf:
+            key, sep, value = item.partition("=")
+            if not sep:
+                ap.error(f"--conf wants KEY=VALUE, got {item!r}")
+            conf[key] = value
         t0 = time.perf_counter()
-        spark = make_session(
-            args.master, app_name="bench_spark",
-            conf={"spark.sql.streaming.numRecentProgressUpdates": "10000"},
-        )
+        spark = make_session(args.master, app_name="bench_spark", conf=conf)
         print(f"# SparkSession {args.master} in {time.perf_counter() - t0:.1f}s", flush=True)
         if not args.skip_source and args.warmup:
             prepublish(nsqd, "bench_warmup", 10_000, args.size)
@@ -239,9 +345,12 @@ def main(argv: list[str] | None = None) -> int:
             src = run_source(spark, nsqd, "bench_source", work, args)
             results["source"] = src
             print(
-                f"[source] {src['rows']} rows in {src['seconds']}s ({src['batches']} batches): "
+                f"[source, {args.pipeline}] {src['rows']} rows in {src['seconds']}s "
+                f"({src['batches']} batches): "
                 f"{src['rows_per_s']} rows/s overall, {src['steady_rows_per_s']} rows/s steady "
-                f"(startup {src['startup_s']}s, first batch {src['first_batch_s']}s)",
+                f"(startup {src['startup_s']}s, first batch {src['first_batch_s']}s; "
+                f"{src['cpu_s']} CPU-s in all processes, JIT compiling {src['jit_s']}s, "
+                f"host steal {src['steal_pct']}%)",
                 flush=True,
             )
             if src["rows"] != args.count or src["parquet_rows"] != args.count:
