@@ -691,10 +691,8 @@ class BatchFiles:
         for old in fs.globStatus(self._path(pattern)) or []:
             fs.delete(old.getPath(), False)
         tmp_str = fs.makeQualified(tmp).toString().rstrip("/")
-        files = fs.listFiles(tmp, True)
         moved = 0
-        while files.hasNext():
-            src = files.next().getPath()
+        for src in self._files_under(fs, tmp):
             name = src.getName()
             if name.startswith(("_", ".")):
                 continue
@@ -710,6 +708,16 @@ class BatchFiles:
         if not fs.listStatus(tmp.getParent()):
             fs.delete(tmp.getParent(), False)
         return moved
+
+    @staticmethod
+    def _files_under(fs: Any, path: Any) -> list[Any]:
+        """Paths of the files below ``path``. (Not ``listFiles``: its located statuses load
+        each file's permissions, which the local file system does by running ``ls -ld``.)"""
+        files, todo = [], [path]
+        while todo:
+            for status in fs.listStatus(todo.pop()):
+                (todo if status.isDirectory() else files).append(status.getPath())
+        return files
 
     def read_text(self, path: str) -> str | None:
         p = self._path(path)
