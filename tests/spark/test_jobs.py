@@ -58,7 +58,7 @@ def test_go_style_flags_and_defaults(tmp_path: Path) -> None:
     assert opts.lookupd_http_addresses == ["h1:4161", "h2:4161", "h3:4161"]
     assert opts.group_by == ["user", "page", "country"]
     assert opts.window == 300.0 and opts.watermark == 300.0  # watermark defaults to the window
-    assert opts.available_now and opts.channel == "nsq_spark" and opts.max_in_flight == 200
+    assert opts.available_now and opts.channel == "nsq_spark" and opts.max_in_flight == 2500
     assert opts.spark_conf == ["spark.a=1,2", "spark.b=x"]
     cwd = os.getcwd()
     ck = os.path.join(cwd, "nsq_spark-checkpoint", "aggregate", "events", "nsq_spark")
@@ -87,7 +87,7 @@ def test_source_options() -> None:
                   "--output-dir=/o", "--max-records-per-batch=500", "--msg-timeout=2m",
                   "--spool-dir=/s", "--checkpoint-dir=/ck")
     assert jobs.source_options(opts) == {
-        "topic": "t", "channel": "c#ephemeral", "spoolPath": "/s", "maxInFlight": "200",
+        "topic": "t", "channel": "c#ephemeral", "spoolPath": "/s", "maxInFlight": "2500",
         "nsqdTcpAddresses": "a:1,b:2", "maxRecordsPerBatch": "500", "msgTimeoutMs": "120000",
     }
     default = parsed("archive", "--topic=t", "--channel=c#ephemeral", "--lookupd-http-address=l:1",

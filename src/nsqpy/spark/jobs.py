@@ -100,7 +100,9 @@ class JobOptions:
     channel: str = "nsq_spark"
     lookupd_http_addresses: list[str] = field(default_factory=list)
     nsqd_tcp_addresses: list[str] = field(default_factory=list)
-    max_in_flight: int = 200
+    # nsqd's max RDY. Unlike Go's tools (200), the source persists (fsync) every burst
+    # before its FIN: the window is the most a chunk can hold, so it bounds throughput
+    max_in_flight: int = 2500
     max_records_per_batch: int = 0  # 0: the source's default
     msg_timeout: float = 0.0  # 0: nsqd's default
     # state and running
@@ -137,7 +139,7 @@ _COMMON: Final[tuple[Flag, ...]] = (
          "lookupd HTTP address (may be given multiple times)", None),
     Flag("nsqd-tcp-address", "nsqd_tcp_addresses", STRING_LIST,
          "nsqd TCP address (may be given multiple times)", None),
-    _f("max-in-flight", INT, "max number of messages to allow in flight per nsqd connection"),
+    _f("max-in-flight", INT, "max number of messages to allow in flight (spread over the nsqd connections)"),
     _f("max-records-per-batch", INT, "max messages per micro-batch (0: the source's default)"),
     _f("msg-timeout", DURATION, "message timeout asked of nsqd (0: nsqd's default)"),
     _f("checkpoint-dir", STRING,
