@@ -27,9 +27,6 @@ import argparse
 import json
 import os
 import shutil
-import signal
-import socket
-import subprocess
 import sys
 import tempfile
 import time
@@ -37,113 +34,22 @@ import urllib.request
 from pathlib import Path
 from typing import Any
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
+from run import Daemon, default_nsqd_bin, steal_ticks, tree_cpu_seconds  # noqa: E402
 
 
-class Nsqd:
-    """nsqd as a child process on free ports; stopped with SIGTERM (SIGKILL after 10 s)."""
-
-    def __init__(self, binary: str, workdir: Path, mem_queue_size: int) -> None:
-        self.tcp = f"127.0.0.1:{free_port()}"
-        self.http = f"127.0.0.1:{free_port()}"
-        data = workdir / "nsqd"
-        data.mkdir()
-        self.log = open(workdir / "nsqd.log", "wb")
-        self.proc = subprocess.Popen(
-            [
-                binary,
-                f"--tcp-address={self.tcp}",
-                f"--http-address={self.http}",
-                f"--data-path={data}",
-                f"--mem-queue-size={mem_queue_size}",
-            ],
-            stdin=subprocess.DEVNULL,
-            stdout=self.log,
-            stderr=subprocess.STDOUT,
-        )
-        deadline = time.monotonic() + 20
-        for addr in (self.tcp, self.http):
-            host, port = addr.rsplit(":", 1)
-            while True:
-                if self.proc.poll() is not None:
-                    raise RuntimeError(f"nsqd exited with {self.proc.returncode} during startup")
-                try:
-                    with socket.create_connection((host, int(port)), timeout=0.5):
-                        break
-                except OSError:
-                    if time.monotonic() > deadline:
-                        raise RuntimeError(f"nsqd did not listen on {addr}") from None
-                    time.sleep(0.05)
-
-    def topic_stats(self, topic: str) -> dict[str, Any]:
-        url = f"http://{self.http}/stats?format=json&topic={topic}&include_clients=false"
-        with urllib.request.urlopen(url, timeout=10) as r:
-            doc = json.loads(r.read())
-        for t in doc.get("topics") or []:
-            if t["topic_name"] == topic:
-                return dict(t)
-        return {}
-
-    def stop(self) -> None:
-        if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-            try:
-                self.proc.wait(10)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
-        self.log.close()
+def topic_stats(nsqd: Daemon, topic: str) -> dict[str, Any]:
+    url = f"http://{nsqd.http}/stats?format=json&topic={topic}&include_clients=false"
+    with urllib.request.urlopen(url, timeout=10) as r:
+        doc = json.loads(r.read())
+    for t in doc.get("topics") or []:
+        if t["topic_name"] == topic:
+            return dict(t)
+    return {}
 
 
-def tree_cpu_seconds(root: int | None = None) -> float | None:
-    """CPU seconds (user + system, reaped children included) of ``root`` (this process)
-    and all its descendants: the JVM, its Python workers and runners, nsqd. Unlike wall
-    time it does not grow when the machine is shared (steal time); None off Linux."""
-    root = os.getpid() if root is None else root
-    hz = os.sysconf("SC_CLK_TCK")
-    procs: dict[int, tuple[int, float]] = {}
-    try:
-        names = os.listdir("/proc")
-    except OSError:
-        return None
-    for name in names:
-        if not name.isdigit():
-            continue
-        try:
-            with open(f"/proc/{name}/stat") as f:
-                fields = f.read().rsplit(")", 1)[1].split()
-        except OSError:
-            continue
-        ppid = int(fields[1])
-        ticks = sum(int(x) for x in fields[11:15])  # utime stime cutime cstime
-        procs[int(name)] = (ppid, ticks / hz)
-    children: dict[int, list[int]] = {}
-    for pid, (ppid, _) in procs.items():
-        children.setdefault(ppid, []).append(pid)
-    total, todo = 0.0, [root]
-    while todo:
-        pid = todo.pop()
-        if pid in procs:
-            total += procs[pid][1]
-        todo.extend(children.get(pid, ()))
-    return total
-
-
-def cpu_steal_fraction() -> tuple[int, int] | None:
-    """(steal ticks, all ticks) so far from /proc/stat (None off Linux)."""
-    try:
-        with open("/proc/stat") as f:
-            fields = [int(x) for x in f.readline().split()[1:]]
-    except (OSError, ValueError):
-        return None
-    return (fields[7] if len(fields) > 7 else 0), sum(fields[:8])
-
-
-def prepublish(nsqd: Nsqd, topic: str, count: int, size: int) -> float:
+def prepublish(nsqd: Daemon, topic: str, count: int, size: int) -> float:
     """MPUB ``count`` distinct ``size``-byte bodies; returns the seconds it took."""
     from nsqpy.spark.sink import SinkOptions, publish_batches
 
@@ -163,14 +69,14 @@ def prepublish(nsqd: Nsqd, topic: str, count: int, size: int) -> float:
     return time.perf_counter() - t0
 
 
-def run_source(spark: Any, nsqd: Nsqd, topic: str, work: Path, args: argparse.Namespace) -> dict[str, Any]:
+def run_source(spark: Any, nsqd: Daemon, topic: str, work: Path, args: argparse.Namespace) -> dict[str, Any]:
     """Read the topic with the ``nsq`` source until drained (availableNow) and write Parquet:
     with ``--pipeline archive`` through ``nsq_spark archive``'s own query (date/hour
     partitions, per-batch file commit), with ``--pipeline parquet`` through Spark's file sink."""
     jit = spark.sparkContext._jvm.java.lang.management.ManagementFactory.getCompilationMXBean()
     jit0 = jit.getTotalCompilationTime()
     cpu0 = tree_cpu_seconds()
-    steal0 = cpu_steal_fraction()
+    steal0 = steal_ticks()
     t0 = time.perf_counter()
     t0_wall = time.time()
     if args.pipeline == "archive":
@@ -179,15 +85,15 @@ def run_source(spark: Any, nsqd: Nsqd, topic: str, work: Path, args: argparse.Na
         out, query = _run_file_sink(spark, nsqd, topic, work, args)
     wall = time.perf_counter() - t0
     cpu1 = tree_cpu_seconds()
-    steal1 = cpu_steal_fraction()
+    steal1 = steal_ticks()
     steal = None
     if steal0 is not None and steal1 is not None and steal1[1] > steal0[1]:
         steal = round(100 * (steal1[0] - steal0[0]) / (steal1[1] - steal0[1]), 1)
     jit1 = jit.getTotalCompilationTime()
     progress = query.recentProgress
     batches = [p for p in progress if p["numInputRows"]]
-    # query start -> first trigger: Spark starting the source's Python runner (a new
-    # process per query, warm or cold) and the reader's first offset calls
+    # query start -> first trigger: loading the source (Python planner), Spark starting the
+    # source's Python runner (a new process per query, warm or cold), the first offset calls
     startup = _iso_seconds(progress[0]["timestamp"]) - t0_wall if progress else None
     rows = sum(p["numInputRows"] for p in batches)
     later = batches[1:]
@@ -221,7 +127,7 @@ def run_source(spark: Any, nsqd: Nsqd, topic: str, work: Path, args: argparse.Na
 
 
 def _run_archive(
-    spark: Any, nsqd: Nsqd, topic: str, work: Path, args: argparse.Namespace
+    spark: Any, nsqd: Daemon, topic: str, work: Path, args: argparse.Namespace
 ) -> tuple[Path, Any]:
     from nsqpy.spark import jobs
 
@@ -240,7 +146,7 @@ def _run_archive(
 
 
 def _run_file_sink(
-    spark: Any, nsqd: Nsqd, topic: str, work: Path, args: argparse.Namespace
+    spark: Any, nsqd: Daemon, topic: str, work: Path, args: argparse.Namespace
 ) -> tuple[Path, Any]:
     out = work / "parquet"
     df = (
@@ -273,7 +179,7 @@ def _iso_seconds(ts: str) -> float:
     return datetime.fromisoformat(ts.replace("Z", "+00:00")).timestamp()
 
 
-def run_sink(spark: Any, nsqd: Nsqd, topic: str, args: argparse.Namespace) -> dict[str, Any]:
+def run_sink(spark: Any, nsqd: Daemon, topic: str, args: argparse.Namespace) -> dict[str, Any]:
     body = f"CAST(rpad(CAST(id AS STRING), {args.size}, 'x') AS BINARY) AS body"
     # warm-up (JVM code paths, Python workers) on another topic, not timed
     warm = spark.range(0, 10_000, 1, args.num_partitions).selectExpr(body)
@@ -283,7 +189,7 @@ def run_sink(spark: Any, nsqd: Nsqd, topic: str, args: argparse.Namespace) -> di
     t0 = time.perf_counter()
     df.write.format("nsq").option("topic", topic).option("nsqdTcpAddresses", nsqd.tcp).mode("append").save()
     wall = time.perf_counter() - t0
-    published = int(nsqd.topic_stats(topic).get("message_count", 0))
+    published = int(topic_stats(nsqd, topic).get("message_count", 0))
     return {"rows": args.count, "published": published, "seconds": round(wall, 2),
             "rows_per_s": round(args.count / wall)}
 
@@ -297,9 +203,10 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--pipeline", choices=("archive", "parquet"), default="archive",
                     help="archive: nsq_spark archive's query (default); parquet: Spark's file sink")
     ap.add_argument("--max-records-per-batch", type=int, default=100_000,
-                    help="source maxRecordsPerBatch (default 100000; the option's own default is 10000)")
-    ap.add_argument("--num-partitions", type=int, default=2, help="source numPartitions / sink tasks")
-    ap.add_argument("--nsqd-bin", default=str(Path(sys.executable).with_name("nsqd")))
+                    help="source maxRecordsPerBatch / archive --max-records-per-batch (default 100000)")
+    ap.add_argument("--num-partitions", type=int, default=2,
+                    help="source numPartitions (--pipeline parquet) / sink tasks")
+    ap.add_argument("--nsqd-bin", default=default_nsqd_bin())
     ap.add_argument("--warmup", action="store_true",
                     help="run an untimed 10k-row source query first (JVM and Python workers warm)")
     ap.add_argument("--skip-sink", action="store_true")
@@ -315,7 +222,11 @@ def main(argv: list[str] | None = None) -> int:
         ap.error("--size must be >= 13 (bodies carry a 12-digit sequence number)")
 
     work = Path(tempfile.mkdtemp(prefix="bench_spark-"))
-    nsqd = Nsqd(args.nsqd_bin, work, mem_queue_size=2 * args.count + 10_000)
+    nsqd = Daemon(argparse.Namespace(
+        nsqd_bin=args.nsqd_bin, data_path=None, mem_queue_size=2 * args.count + 10_000, nsqd_arg=[],
+        startup_timeout=20.0, stop_timeout=10.0,
+    ), work)
+    nsqd.start()
     results: dict[str, Any] = {"count": args.count, "size": args.size, "master": args.master}
     failures: list[str] = []
     try:

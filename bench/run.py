@@ -106,13 +106,54 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def proc_cpu_seconds(pid: int) -> float | None:
-    """utime + stime of a process from /proc (Linux only)."""
+def _proc_stat(pid: int | str) -> list[str] | None:
+    """The fields of /proc/PID/stat after the command name (Linux only): [0] is the state,
+    [1] the parent pid, [11:15] utime, stime, cutime, cstime in clock ticks."""
     try:
         fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-    except (OSError, IndexError, ValueError):
+    except (OSError, IndexError):
         return None
+    return fields if len(fields) > 14 else None
+
+
+def proc_cpu_seconds(pid: int) -> float | None:
+    """utime + stime of a process from /proc (Linux only)."""
+    fields = _proc_stat(pid)
+    if fields is None:
+        return None
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def tree_cpu_seconds(root: int | None = None) -> float | None:
+    """CPU seconds (user + system, reaped children included) of ``root`` (this process)
+    and all its descendants, e.g. a JVM with its Python workers, and nsqd. Unlike wall time
+    it does not grow when the machine is shared (steal time); None off Linux."""
+    try:
+        pids = [name for name in os.listdir("/proc") if name.isdigit()]
+    except OSError:
+        return None
+    children: dict[int, list[int]] = {}
+    ticks: dict[int, int] = {}
+    for name in pids:
+        fields = _proc_stat(name)
+        if fields is not None:
+            children.setdefault(int(fields[1]), []).append(int(name))
+            ticks[int(name)] = sum(int(x) for x in fields[11:15])
+    total, todo = 0, [os.getpid() if root is None else root]
+    while todo:
+        pid = todo.pop()
+        total += ticks.get(pid, 0)
+        todo.extend(children.get(pid, ()))
+    return total / os.sysconf("SC_CLK_TCK")
+
+
+def steal_ticks() -> tuple[int, int] | None:
+    """(steal, all) CPU ticks of the machine so far, from /proc/stat (None off Linux)."""
+    try:
+        fields = [int(x) for x in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]]
+    except (OSError, ValueError):
+        return None
+    return (fields[7] if len(fields) > 7 else 0), sum(fields[:8])
 
 
 def proc_peak_rss_mb(pid: int) -> float | None:

@@ -455,8 +455,6 @@ class _Consumer(threading.Thread):
 
     def _write_chunk(self, ids: list[bytes], tss: list[int], atts: list[int], bodies: list[bytes]) -> None:
         n = len(ids)
-        if not n:
-            return
         batch = pa.RecordBatch.from_arrays(
             [
                 pa.array(ids, pa.binary()).cast(pa.string()),
