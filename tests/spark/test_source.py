@@ -40,6 +40,21 @@ def _drain_to_memory(spark: Any, df: Any, name: str, checkpoint: Path, timeout: 
     return q
 
 
+def _to_parquet(df: Any, out: Path, checkpoint: Path, **trigger: Any) -> Any:
+    """Start writing the stream as Parquet under ``out`` (Spark's default trigger if none)."""
+    w = df.writeStream.format("parquet").option("path", str(out))
+    w = w.option("checkpointLocation", str(checkpoint))
+    return (w.trigger(**trigger) if trigger else w).start()
+
+
+def _drain_to_parquet(spark: Any, df: Any, out: Path, checkpoint: Path) -> list[bytes]:
+    """Run the stream availableNow into Parquet under ``out``; all the bodies there."""
+    q = _to_parquet(df, out, checkpoint, availableNow=True)
+    assert q.awaitTermination(90)
+    assert q.exception() is None
+    return [bytes(r.body) for r in spark.read.parquet(str(out)).select("body").collect()]
+
+
 def _spooled_rows(spool: Path) -> int:
     return sum(c.rows for c in list_chunks(str(spool)))
 
@@ -236,13 +251,7 @@ def test_restart_with_same_checkpoint_resumes_without_loss(
     publish(nsqd_server, unique_topic, first)
     opts = dict(nsqdTcpAddresses=nsqd_server.tcp_address, maxRecordsPerBatch=300)
     # a continuous query (default trigger), stopped while it is running
-    q = (
-        _reader(spark, unique_topic, spool, **opts)
-        .writeStream.format("parquet")
-        .option("path", str(out))
-        .option("checkpointLocation", str(ckpt))
-        .start()
-    )
+    q = _to_parquet(_reader(spark, unique_topic, spool, **opts), out, ckpt)
     try:
         wait_for(
             lambda: sum(p["numInputRows"] for p in q.recentProgress) >= 600,
@@ -255,17 +264,8 @@ def test_restart_with_same_checkpoint_resumes_without_loss(
     publish(nsqd_server, unique_topic, second)
     # restart: same checkpoint, same spool; availableNow picks up everything (no HTTP
     # address given: the drain ends after availableNowQuietMs without deliveries)
-    q2 = (
-        _reader(spark, unique_topic, spool, availableNowQuietMs=1000, **{**opts, "maxRecordsPerBatch": 1000})
-        .writeStream.format("parquet")
-        .option("path", str(out))
-        .option("checkpointLocation", str(ckpt))
-        .trigger(availableNow=True)
-        .start()
-    )
-    assert q2.awaitTermination(90)
-    assert q2.exception() is None
-    got = [bytes(r.body) for r in spark.read.parquet(str(out)).select("body").collect()]
+    df = _reader(spark, unique_topic, spool, availableNowQuietMs=1000, **{**opts, "maxRecordsPerBatch": 1000})
+    got = _drain_to_parquet(spark, df, out, ckpt)
     assert sorted(got) == sorted(first + second)  # no loss, and no duplicate on a clean stop
 
 
@@ -284,14 +284,7 @@ def test_backpressure_stops_delivery_at_max_spool_rows(
         maxRecordsPerBatch=100,
     )
     # one batch at start, then none for an hour: nothing is planned, the spool fills up
-    q = (
-        _reader(spark, unique_topic, spool, **opts)
-        .writeStream.format("parquet")
-        .option("path", str(out))
-        .option("checkpointLocation", str(ckpt))
-        .trigger(processingTime="1 hour")
-        .start()
-    )
+    q = _to_parquet(_reader(spark, unique_topic, spool, **opts), out, ckpt, processingTime="1 hour")
     try:
 
         def paused() -> bool:
@@ -314,17 +307,8 @@ def test_backpressure_stops_delivery_at_max_spool_rows(
     finally:
         q.stop()
     # the rest comes through when the query runs again (and the spooled chunks are adopted)
-    q2 = (
-        _reader(spark, unique_topic, spool, **{**opts, "maxRecordsPerBatch": 5000, "maxInFlight": 1000})
-        .writeStream.format("parquet")
-        .option("path", str(out))
-        .option("checkpointLocation", str(ckpt))
-        .trigger(availableNow=True)
-        .start()
-    )
-    assert q2.awaitTermination(90)
-    assert q2.exception() is None
-    got = [bytes(r.body) for r in spark.read.parquet(str(out)).select("body").collect()]
+    df = _reader(spark, unique_topic, spool, **{**opts, "maxRecordsPerBatch": 5000, "maxInFlight": 1000})
+    got = _drain_to_parquet(spark, df, out, ckpt)
     assert sorted(got) == sorted(bodies)
 
 
