@@ -140,3 +140,39 @@ async def wait_for(
         if time.monotonic() > deadline:
             raise AssertionError(f"condition not met within {timeout}s")
         await asyncio.sleep(interval)
+
+
+def read_bodies(
+    tcp_address: str,
+    topic: str,
+    channel: str,
+    n: int,
+    timeout: float = 30.0,
+    max_in_flight: int = 500,
+    quiet: float = 0.0,
+) -> list[bytes]:
+    """The first ``n`` message bodies of ``topic``/``channel`` on one nsqd (each FIN'd), in
+    arrival order; with ``quiet``, also fail if another message arrives within that time."""
+    from nsqpy.client import SyncConsumer
+
+    bodies: list[bytes] = []
+    deadline = time.monotonic() + timeout
+    with SyncConsumer(topic, channel, nsqd_tcp_addresses=[tcp_address], max_in_flight=max_in_flight) as c:
+        while len(bodies) < n:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise AssertionError(f"read {len(bodies)} of {n} messages from {topic}/{channel}")
+            try:
+                msg = c.next(timeout=left)
+            except TimeoutError:
+                continue
+            bodies.append(msg.body)
+            msg.fin()
+        if quiet > 0:
+            try:
+                extra = c.next(timeout=quiet)
+            except TimeoutError:
+                pass
+            else:
+                raise AssertionError(f"more than {n} messages in {topic}/{channel}: {extra.body!r}")
+    return bodies

@@ -20,9 +20,9 @@ pytest.importorskip("pyspark")
 pytest.importorskip("pyarrow")
 
 from e2e.proc import NsqdProcess, NsqlookupdProcess  # noqa: E402
-from support import wait_until  # noqa: E402
+from support import read_bodies, wait_until  # noqa: E402
 
-from nsqpy.client.sync import SyncConsumer, SyncProducer  # noqa: E402
+from nsqpy.client.sync import SyncProducer  # noqa: E402
 
 
 @pytest.fixture(scope="session")
@@ -110,23 +110,4 @@ def stats(nsqd: NsqdProcess, topic: str, channel: str | None = None) -> dict[str
 
 def consume(nsqd: NsqdProcess, topic: str, channel: str, n: int, timeout: float = 30.0) -> list[bytes]:
     """Read (and FIN) exactly ``n`` messages; then check nothing more arrives shortly."""
-    out: list[bytes] = []
-    with SyncConsumer(topic, channel, nsqd_tcp_addresses=[nsqd.tcp_address], max_in_flight=500) as c:
-        deadline = time.monotonic() + timeout
-        while len(out) < n:
-            left = deadline - time.monotonic()
-            if left <= 0:
-                raise AssertionError(f"read {len(out)} of {n} messages from {topic}/{channel}")
-            try:
-                m = c.next(timeout=left)
-            except TimeoutError:
-                continue
-            out.append(m.body)
-            m.fin()
-        try:
-            extra = c.next(timeout=0.5)
-        except TimeoutError:
-            pass
-        else:
-            raise AssertionError(f"more than {n} messages in {topic}/{channel}: {extra.body!r}")
-    return out
+    return read_bodies(nsqd.tcp_address, topic, channel, n, timeout, quiet=0.5)

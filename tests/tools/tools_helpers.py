@@ -9,15 +9,14 @@ import os
 import signal
 import socket
 import subprocess
-import time
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 from e2e.proc import NsqdProcess, script
+from support import read_bodies
 from support import wait_until as wait_until  # re-exported for the tool tests
 
-from nsqpy.client import SyncConsumer
 
 
 
@@ -121,21 +120,7 @@ def channels(nsqd: NsqdProcess, topic: str) -> dict[str, dict[str, Any]]:
 def collect(nsqd: NsqdProcess, topic: str, n: int, timeout: float = 20.0,
             channel: str = "verify") -> list[bytes]:
     """The first ``n`` message bodies of a new channel on ``topic`` (FINed), in arrival order."""
-    bodies: list[bytes] = []
-    deadline = time.monotonic() + timeout
-    with SyncConsumer(topic, channel, nsqd_tcp_addresses=nsqd.tcp_address,
-                      max_in_flight=min(max(n, 1), 2500)) as c:
-        while len(bodies) < n:
-            remaining = deadline - time.monotonic()
-            if remaining <= 0:
-                raise AssertionError(f"got {len(bodies)} of {n} messages from {topic}")
-            try:
-                msg = c.next(timeout=remaining)
-            except TimeoutError:
-                continue
-            bodies.append(msg.body)
-            msg.fin()
-    return bodies
+    return read_bodies(nsqd.tcp_address, topic, channel, n, timeout, max_in_flight=min(max(n, 1), 2500))
 
 
 def free_port() -> int:
