@@ -1,44 +1,90 @@
-"""make_session's worker set-up: Python workers import pyspark from the installed package
-(compiled once, cached) rather than from Spark's pyspark.zip."""
+"""make_session's set-up: on a local master, the Python processes Spark starts (workers, the
+data source planners, the streaming source's runner) import pyspark from the installed
+package (compiled once, cached) rather than from Spark's pyspark.zip."""
 
 from __future__ import annotations
 
 import os
+import shutil
 import sys
 import zipfile
 from pathlib import Path
 from typing import Any
 
 import pyspark
+from pyspark.sql.datasource import DataSource
 
-from nsqpy._pyspark_daemon import installed_path
-from nsqpy.spark.session import _is_this_interpreter
+from nsqpy.spark.session import _is_this_interpreter, same_release_installed, spark_home_without_zips
 
 SITE = str(Path(pyspark.__file__).parent.parent)
-ZIPS = Path(pyspark.__file__).parent / "python" / "lib"
+HOME = Path(pyspark.__file__).parent  # pip's layout: the package is SPARK_HOME
+ZIPS = HOME / "python" / "lib"
 
 
-def _fake_zip(tmp_path: Path, name: str, pkg: str, version: bytes) -> str:
-    path = tmp_path / name
+def _fake_zip(path: Path, pkg: str, version: bytes) -> str:
+    path.parent.mkdir(parents=True, exist_ok=True)
     with zipfile.ZipFile(path, "w") as z:
         z.writestr(f"{pkg}/__init__.py", b"")
         z.writestr(f"{pkg}/version.py", version)
     return str(path)
 
 
-def test_installed_path_drops_the_zips_only_for_the_same_release(tmp_path: Path) -> None:
+def test_same_release_installed(tmp_path: Path) -> None:
     real = sorted(str(p) for p in ZIPS.glob("*.zip"))
-    assert any(p.endswith("pyspark.zip") for p in real)
-    # the pip-installed layout: the zips ship inside the very same package
-    assert installed_path([*real, SITE]) == [SITE]
-    assert installed_path([SITE]) is None  # nothing to drop
-    # a zip of another release: leave the path alone
-    other = _fake_zip(tmp_path, "pyspark.zip", "pyspark", b'__version__ = "0.0.1"\n')
-    assert installed_path([other, SITE]) is None
+    assert any(p.endswith("pyspark.zip") for p in real) and any("py4j-" in p for p in real)
+    for z in real:
+        assert same_release_installed(z, [z, SITE])
+    # a zip of another release
+    other = _fake_zip(tmp_path / "other" / "pyspark.zip", "pyspark", b'__version__ = "0.0.1"\n')
+    assert not same_release_installed(other, [other, SITE])
     # no installed pyspark besides the zip (a cluster node with SPARK_HOME only)
-    same = (Path(pyspark.__file__).parent / "version.py").read_bytes()
-    only_zip = _fake_zip(tmp_path / "", "pyspark.zip", "pyspark", same)
-    assert installed_path([only_zip, str(tmp_path / "empty")]) is None
+    same = (HOME / "version.py").read_bytes()
+    only_zip = _fake_zip(tmp_path / "only" / "pyspark.zip", "pyspark", same)
+    assert not same_release_installed(only_zip, [only_zip, str(tmp_path / "empty")])
+
+
+def test_spark_home_without_zips(tmp_path: Path) -> None:
+    shadow = spark_home_without_zips(str(HOME), str(tmp_path))
+    assert shadow is not None
+    try:
+        s = Path(shadow)
+        for name in ("bin", "jars", "version.py"):
+            assert (s / name).is_symlink() and (s / name).resolve() == (HOME / name).resolve()
+        assert not (s / "python").is_symlink() and not (s / "python" / "lib").is_symlink()
+        assert not list((s / "python" / "lib").glob("*.zip"))
+        assert (s / "bin" / "spark-submit").exists()
+    finally:
+        shutil.rmtree(shadow)
+    assert (HOME / "bin" / "spark-submit").exists()  # removing the links left the real files
+
+    # another release's zip: nothing is created
+    fake = tmp_path / "fake-home"
+    (fake / "jars").mkdir(parents=True)
+    _fake_zip(fake / "python" / "lib" / "pyspark.zip", "pyspark", b'__version__ = "0.0.1"\n')
+    before = set(tmp_path.iterdir())
+    assert spark_home_without_zips(str(fake), str(tmp_path)) is None
+    assert set(tmp_path.iterdir()) == before
+    # no zips at all: nothing to do
+    assert spark_home_without_zips(str(tmp_path / "no-such-home"), str(tmp_path)) is None
+
+
+def test_mirrors_of_processes_that_are_gone_are_removed(tmp_path: Path) -> None:
+    import subprocess
+
+    gone = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"],
+                          capture_output=True, text=True, check=True).stdout.strip()
+    stale = tmp_path / f"nsqpy-spark-home-{gone}-abc"
+    (stale / "python").mkdir(parents=True)
+    (stale / "jars").symlink_to(HOME / "jars")
+    alive = tmp_path / f"nsqpy-spark-home-{os.getpid()}-def"
+    alive.mkdir()
+    other = tmp_path / "nsqpy-spark-home-x"
+    other.mkdir()
+    shadow = spark_home_without_zips(str(HOME), str(tmp_path))
+    assert shadow is not None and Path(shadow).name.startswith(f"nsqpy-spark-home-{os.getpid()}-")
+    assert not stale.exists() and alive.exists() and other.exists()
+    assert (HOME / "jars").is_dir()  # the link went, not what it pointed to
+    shutil.rmtree(shadow)
 
 
 def test_is_this_interpreter() -> None:
@@ -47,8 +93,6 @@ def test_is_this_interpreter() -> None:
 
 
 def test_workers_import_pyspark_from_the_package(spark: Any) -> None:
-    assert spark.conf.get("spark.python.daemon.module") == "nsqpy._pyspark_daemon"
-
     def where(_: Any) -> Any:
         import pyspark as p
 
@@ -56,3 +100,24 @@ def test_workers_import_pyspark_from_the_package(spark: Any) -> None:
 
     files = set(spark.sparkContext.parallelize(range(4), 2).mapPartitions(where).collect())
     assert files == {pyspark.__file__}, files
+    # the user's environment is as it was
+    assert os.environ.get("SPARK_HOME", "") == "" or "nsqpy-spark-home-" not in os.environ["SPARK_HOME"]
+
+
+def test_planner_processes_import_pyspark_from_the_package(spark: Any) -> None:
+    # defined here, so that it is pickled by value to the planner process
+    class _WhereSource(DataSource):
+        """A data source whose schema, computed in Spark's planner process, names the file
+        that process imported pyspark from."""
+
+        @classmethod
+        def name(cls) -> str:
+            return "nsqpy_test_where"
+
+        def schema(self) -> str:
+            import pyspark as p
+
+            return "from_package BOOLEAN" if ".zip" not in p.__file__ else "from_zip BOOLEAN"
+
+    spark.dataSource.register(_WhereSource)
+    assert spark.read.format("nsqpy_test_where").load().schema.names == ["from_package"]

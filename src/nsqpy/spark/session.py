@@ -6,9 +6,13 @@ without it raises an ImportError that says so.
 
 from __future__ import annotations
 
+import atexit
+import importlib.machinery
 import os
 import shutil
 import sys
+import tempfile
+import zipfile
 from typing import Any
 
 try:
@@ -22,6 +26,116 @@ def _is_this_interpreter(python: str) -> bool:
     return found is not None and os.path.abspath(found) == os.path.abspath(sys.executable)
 
 
+# --- Python processes import pyspark from the installed package -----------------------------
+#
+# Spark puts $SPARK_HOME/python/lib/pyspark.zip and py4j's source zip first on the path of
+# every Python process it starts: the workers, and per query the data source planners and
+# the streaming source's runner. Modules imported from a zip have no bytecode cache, so each
+# of those processes compiles the pyspark modules it needs from source: 1.5-2 s of CPU
+# apiece on a small machine, several of them before a query's first batch. When the very
+# same pyspark and py4j are installed in the interpreter the processes run (``pip install
+# pyspark``, PYSPARK_PYTHON = this interpreter, a local master), the JVM is started with a
+# SPARK_HOME that is the real one without those two zips (symbolic links to everything
+# else), and the processes import the installed, compiled package.
+
+
+def _is_spark_zip(name: str) -> bool:
+    return name == "pyspark.zip" or (name.startswith("py4j-") and name.endswith("-src.zip"))
+
+
+def _read(path: str) -> bytes | None:
+    try:
+        with open(path, "rb") as f:
+            return f.read()
+    except OSError:
+        return None
+
+
+def _zip_member(zip_path: str, member: str) -> bytes | None:
+    try:
+        with zipfile.ZipFile(zip_path) as z:
+            return z.read(member)
+    except (OSError, KeyError, zipfile.BadZipFile):
+        return None
+
+
+def same_release_installed(zip_path: str, path: list[str] | None = None) -> bool:
+    """Whether the package in Spark's ``zip_path`` (pyspark.zip or py4j-*-src.zip) is
+    importable from ``path`` (default ``sys.path``) without the zip, in the same release
+    (its ``version.py`` byte for byte the zip's)."""
+    pkg = "pyspark" if os.path.basename(zip_path) == "pyspark.zip" else "py4j"
+    search = [p for p in (sys.path if path is None else path) if not _is_spark_zip(os.path.basename(p))]
+    spec = importlib.machinery.PathFinder.find_spec(pkg, search)
+    if spec is None or not spec.submodule_search_locations:
+        return False
+    pkg_dir = list(spec.submodule_search_locations)[0]
+    zipped = _zip_member(zip_path, f"{pkg}/version.py")
+    return zipped is not None and zipped == _read(os.path.join(pkg_dir, "version.py"))
+
+
+SHADOW_PREFIX = "nsqpy-spark-home-"
+
+
+def _remove_stale(parent: str) -> None:
+    """Remove this user's mirrors left by processes that are gone (killed before their
+    exit handlers ran)."""
+    try:
+        names = os.listdir(parent)
+    except OSError:
+        return
+    for name in names:
+        pid = name[len(SHADOW_PREFIX):].split("-", 1)[0]
+        if not name.startswith(SHADOW_PREFIX) or not pid.isdigit():
+            continue
+        path = os.path.join(parent, name)
+        try:
+            if os.lstat(path).st_uid != os.getuid():
+                continue
+            os.kill(int(pid), 0)
+            continue  # still running
+        except ProcessLookupError:
+            shutil.rmtree(path, ignore_errors=True)  # links only: rmtree does not follow them
+        except OSError:
+            continue
+
+
+def spark_home_without_zips(home: str, parent: str | None = None) -> str | None:
+    """A new directory that mirrors the Spark installation ``home`` with symbolic links,
+    less ``python/lib``'s pyspark and py4j zips; None (nothing created) when ``home`` has
+    no such zips or when a zip's package is not installed here in the same release."""
+    lib = os.path.join(home, "python", "lib")
+    try:
+        zips = [os.path.join(lib, n) for n in os.listdir(lib) if _is_spark_zip(n)]
+    except OSError:
+        return None
+    if not zips or not all(same_release_installed(z) for z in zips):
+        return None
+    parent = parent or tempfile.gettempdir()
+    _remove_stale(parent)
+    shadow = tempfile.mkdtemp(prefix=f"{SHADOW_PREFIX}{os.getpid()}-", dir=parent)
+    try:
+        for level in ("", "python", os.path.join("python", "lib")):
+            src = os.path.join(home, level)
+            dst = os.path.join(shadow, level)
+            os.makedirs(dst, exist_ok=True)
+            for name in os.listdir(src):
+                if (level == "" and name == "python") or (level == "python" and name == "lib"):
+                    continue
+                if level.endswith("lib") and _is_spark_zip(name):
+                    continue
+                os.symlink(os.path.realpath(os.path.join(src, name)), os.path.join(dst, name))
+    except OSError:
+        shutil.rmtree(shadow, ignore_errors=True)
+        return None
+    return shadow
+
+
+def _jvm_running() -> bool:
+    from pyspark import SparkContext
+
+    return SparkContext._gateway is not None
+
+
 def make_session(
     master: str = "local[*]",
     app_name: str = "nsqpy",
@@ -31,7 +145,8 @@ def make_session(
     """Return a SparkSession (``getOrCreate``) with the ``nsq`` format registered.
 
     With ``loopback`` (the default for ``local[...]`` masters) the driver binds to
-    127.0.0.1 only. Python workers run this interpreter unless PYSPARK_PYTHON is set.
+    127.0.0.1 only. Python workers run this interpreter unless PYSPARK_PYTHON is set; when
+    they do, on a local master, they import pyspark from the installed package (see above).
     """
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
@@ -48,15 +163,28 @@ def make_session(
         "spark.sql.shuffle.partitions": "4",
         "spark.sql.session.timeZone": "UTC",
     }
-    if local and _is_this_interpreter(os.environ["PYSPARK_PYTHON"]):
-        # workers import pyspark from the installed package, not (uncompiled, every
-        # time) from Spark's pyspark.zip: see nsqpy._pyspark_daemon. Only where the
-        # workers are known to run this interpreter, which has nsqpy installed.
-        defaults["spark.python.daemon.module"] = "nsqpy._pyspark_daemon"
     defaults.update(conf or {})
     for key, value in defaults.items():
         builder = builder.config(key, value)
-    spark = builder.getOrCreate()
+    shadow = None
+    saved_home = os.environ.get("SPARK_HOME")
+    if local and _is_this_interpreter(os.environ["PYSPARK_PYTHON"]) and not _jvm_running():
+        from pyspark.find_spark_home import _find_spark_home
+
+        shadow = spark_home_without_zips(_find_spark_home())
+        if shadow is not None:
+            # links only (rmtree does not follow them); the JVM reads jars through them
+            # for as long as it runs, so they go when this interpreter exits
+            atexit.register(shutil.rmtree, shadow, True)
+            os.environ["SPARK_HOME"] = shadow
+    try:
+        spark = builder.getOrCreate()
+    finally:
+        if shadow is not None:  # only the JVM (launched by now) needed it
+            if saved_home is None:
+                os.environ.pop("SPARK_HOME", None)
+            else:
+                os.environ["SPARK_HOME"] = saved_home
     spark.sparkContext.setLogLevel("WARN")
     from nsqpy.spark import register
 
