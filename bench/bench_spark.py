@@ -6,7 +6,10 @@ Starts an nsqd (console script, free loopback ports, temp data dir, large
 
 1. source: ``nsq_spark archive --available-now`` (its own query, in this process's
    session: date/hour partitions, per-batch file commit) drains the topic to Parquet;
-   ``--pipeline parquet`` uses Spark's plain file sink instead. Reports rows/s overall
+   ``--pipeline parquet`` uses Spark's plain file sink instead, ``--pipeline noop`` Spark's
+   noop sink (the source alone). ``--prefill`` writes the messages as chunk files straight
+   into the source's spool instead of publishing them (the topic stays empty), so that the
+   run measures Spark's own share: planning, reading the chunks, writing. Reports rows/s overall
    (query start to termination), steady (batches after the first one, from the query
    progress), the start-up (query start to first trigger), the first batch's time, the CPU
    seconds of all processes (JVM, Python workers, source runner, nsqd), the JVM's JIT
@@ -69,10 +72,40 @@ def prepublish(nsqd: Daemon, topic: str, count: int, size: int) -> float:
     return time.perf_counter() - t0
 
 
+def prefill(spool: Path, topic: str, count: int, size: int, chunk_rows: int) -> float:
+    """Write ``count`` messages as the source's chunk files (``chunk_rows`` each, as the live
+    source cuts them) into ``spool``, which the reader adopts on start; returns seconds."""
+    import pyarrow as pa
+
+    from nsqpy.spark.spool import ARROW_SCHEMA, Spool
+
+    t0 = time.perf_counter()
+    out = Spool(str(spool))
+    pad = b"x" * size
+    now_us = int(time.time() * 1_000_000)
+    for start in range(0, count, chunk_rows):
+        seqs = range(start, min(start + chunk_rows, count))
+        n = len(seqs)
+        out.write(pa.RecordBatch.from_arrays(
+            [
+                pa.array(["%016x" % i for i in seqs], pa.string()),
+                pa.array([now_us + i for i in seqs], pa.timestamp("us", tz="UTC")),
+                pa.array([1] * n, pa.int32()),
+                pa.array([(b"%012d" % i + pad)[:size] for i in seqs], pa.binary()),
+                pa.array([topic] * n, pa.string()),
+                pa.array(["nsq_spark"] * n, pa.string()),
+                pa.array(["prefill"] * n, pa.string()),
+            ],
+            schema=ARROW_SCHEMA,
+        ))
+    return time.perf_counter() - t0
+
+
 def run_source(spark: Any, nsqd: Daemon, topic: str, work: Path, args: argparse.Namespace) -> dict[str, Any]:
     """Read the topic with the ``nsq`` source until drained (availableNow) and write Parquet:
     with ``--pipeline archive`` through ``nsq_spark archive``'s own query (date/hour
-    partitions, per-batch file commit), with ``--pipeline parquet`` through Spark's file sink."""
+    partitions, per-batch file commit), with ``--pipeline parquet`` through Spark's file sink;
+    ``--pipeline noop`` writes nothing."""
     jit = spark.sparkContext._jvm.java.lang.management.ManagementFactory.getCompilationMXBean()
     jit0 = jit.getTotalCompilationTime()
     cpu0 = tree_cpu_seconds()
@@ -99,9 +132,12 @@ def run_source(spark: Any, nsqd: Daemon, topic: str, work: Path, args: argparse.
     later = batches[1:]
     steady_rows = sum(p["numInputRows"] for p in later)
     steady_s = sum(p["durationMs"]["triggerExecution"] for p in later) / 1000
-    written = spark.read.parquet(str(out))
-    total = written.count()
-    distinct = written.select("id").distinct().count()
+    if out is None:  # noop: the source's own row count (no duplicates check possible)
+        total = distinct = rows
+    else:
+        written = spark.read.parquet(str(out))
+        total = written.count()
+        distinct = written.select("id").distinct().count()
     return {
         "pipeline": args.pipeline,
         "rows": rows,
@@ -147,8 +183,8 @@ def _run_archive(
 
 def _run_file_sink(
     spark: Any, nsqd: Daemon, topic: str, work: Path, args: argparse.Namespace
-) -> tuple[Path, Any]:
-    out = work / "parquet"
+) -> tuple[Path | None, Any]:
+    out = work / "parquet" if args.pipeline == "parquet" else None
     df = (
         spark.readStream.format("nsq")
         .option("topic", topic)
@@ -159,10 +195,9 @@ def _run_file_sink(
         .option("numPartitions", str(args.num_partitions))
         .load()
     )
+    w = df.writeStream.format("parquet").option("path", str(out)) if out else df.writeStream.format("noop")
     q = (
-        df.writeStream.format("parquet")
-        .option("path", str(out))
-        .option("checkpointLocation", str(work / "checkpoint"))
+        w.option("checkpointLocation", str(work / "checkpoint"))
         .trigger(availableNow=True)
         .start()
     )
@@ -200,8 +235,13 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--size", type=int, default=100, help="message size in bytes (default 100)")
     ap.add_argument("--smoke", action="store_true", help="a small run (--count 20000) for CI")
     ap.add_argument("--master", default="local[2]")
-    ap.add_argument("--pipeline", choices=("archive", "parquet"), default="archive",
-                    help="archive: nsq_spark archive's query (default); parquet: Spark's file sink")
+    ap.add_argument("--pipeline", choices=("archive", "parquet", "noop"), default="archive",
+                    help="archive: nsq_spark archive's query (default); parquet: Spark's file sink; "
+                    "noop: Spark's noop sink")
+    ap.add_argument("--prefill", action="store_true",
+                    help="put the messages in the spool as chunk files instead of publishing them")
+    ap.add_argument("--prefill-chunk-rows", type=int, default=1250,
+                    help="rows per prefilled chunk (default 1250: what the source cuts at a 2500 window)")
     ap.add_argument("--max-records-per-batch", type=int, default=100_000,
                     help="source maxRecordsPerBatch / archive --max-records-per-batch (default 100000)")
     ap.add_argument("--num-partitions", type=int, default=2,
@@ -232,7 +272,10 @@ def main(argv: list[str] | None = None) -> int:
     try:
         from nsqpy.spark.session import make_session
 
-        if not args.skip_source:
+        if not args.skip_source and args.prefill:
+            secs = prefill(work / "spool", "bench_source", args.count, args.size, args.prefill_chunk_rows)
+            print(f"# prefilled the spool with {args.count} x {args.size} B in {secs:.1f}s", flush=True)
+        elif not args.skip_source:
             secs = prepublish(nsqd, "bench_source", args.count, args.size)
             results["prepublish_rows_per_s"] = round(args.count / secs)
             print(f"# pre-published {args.count} x {args.size} B in {secs:.1f}s", flush=True)
@@ -255,8 +298,9 @@ def main(argv: list[str] | None = None) -> int:
         if not args.skip_source:
             src = run_source(spark, nsqd, "bench_source", work, args)
             results["source"] = src
+            kind = args.pipeline + (", prefilled spool" if args.prefill else "")
             print(
-                f"[source, {args.pipeline}] {src['rows']} rows in {src['seconds']}s "
+                f"[source, {kind}] {src['rows']} rows in {src['seconds']}s "
                 f"({src['batches']} batches): "
                 f"{src['rows_per_s']} rows/s overall, {src['steady_rows_per_s']} rows/s steady "
                 f"(startup {src['startup_s']}s, first batch {src['first_batch_s']}s; "
