@@ -138,12 +138,12 @@ class BlockingConnection:
             self.sock.sendall(commands.NOP)
         return frames
 
-    def detach_reader(self) -> FrameReader:
-        """The frame decoder with whatever was received but not yet parsed, for a caller
-        that takes over the socket (and decodes with ``FrameReader.feed_batched``)."""
+    def detach(self) -> bytes:
+        """What was received but not yet parsed, for a caller that takes over the socket
+        (and decodes the stream itself)."""
         if self._backlog:
             raise RuntimeError("frames are still queued on this connection")
-        return self._frames
+        return self._frames.unparsed()
 
     def next_frame(self, timeout: float) -> tuple[int, bytes]:
         """The next frame other than a heartbeat; TimeoutError after ``timeout`` s."""

@@ -46,9 +46,9 @@ from pyspark.sql.streaming.datasource import (
 
 from nsqpy.protocol import commands
 from nsqpy.protocol.errors import ProtocolError
-from nsqpy.protocol.frames import FrameReader
 from nsqpy.protocol.names import is_valid_channel_name, is_valid_topic_name
 
+from .burst import Burst, BurstReader, fin_command
 from .nsqconn import (
     FRAME_TYPE_ERROR,
     HEARTBEAT,
@@ -84,11 +84,6 @@ REFUSALS = frozenset(
     }
 )
 OUTPUT_BUFFER_TIMEOUT_MS = 50
-
-
-
-def _message_fields(msg_id: bytes, body: bytes, ts: int, attempts: int) -> tuple[bytes, bytes, int, int]:
-    return msg_id, body, ts, attempts
 
 
 # --- options ----------------------------------------------------------------------------------
@@ -270,12 +265,9 @@ class _Consumer(threading.Thread):
         self.remaining: int | None = None
         self.quiet_since = time.monotonic()
         # the burst being received
-        self._ids: list[bytes] = []
-        self._ts: list[int] = []
-        self._attempts: list[int] = []
-        self._bodies: list[bytes] = []
+        self._burst = Burst()
         self._first_at = 0.0
-        self._frames = FrameReader()
+        self._frames = BurstReader()
         self._topic_col = _ConstColumn(rt.opts.topic)
         self._channel_col = _ConstColumn(rt.opts.channel)
         self._addr_col = _ConstColumn(tcp_address)
@@ -338,7 +330,8 @@ class _Consumer(threading.Thread):
         if resp != b"OK":
             raise ProtocolError("E_INVALID", f"unexpected SUB response {resp!r}")
         self.sessions += 1
-        self._frames = conn.detach_reader()
+        self._frames = BurstReader()
+        leftover = conn.detach()
         if rt.available_now and self.sessions == 1:
             self._snapshot_pending()
         self.connected = True
@@ -346,6 +339,8 @@ class _Consumer(threading.Thread):
         with rt.cond:
             self.quiet_since = time.monotonic()
         sock = conn.sock
+        if leftover:
+            self._parse(leftover)
         while True:
             if rt.stopping:
                 self._close_cleanly()
@@ -358,7 +353,7 @@ class _Consumer(threading.Thread):
                     self.window = want
                 with rt.cond:
                     self.quiet_since = time.monotonic()
-            sock.settimeout(CUT_IDLE_S if self._ids else 0.1)
+            sock.settimeout(CUT_IDLE_S if len(self._burst) else 0.1)
             try:
                 data = sock.recv(1 << 20)
             except TimeoutError:
@@ -367,7 +362,7 @@ class _Consumer(threading.Thread):
                 if not data:
                     raise ConnectionError(f"nsqd {self.tcp_address} closed the connection")
                 self._parse(data)
-            n = len(self._ids)
+            n = len(self._burst)
             if n:
                 now = time.monotonic()
                 if (
@@ -408,21 +403,13 @@ class _Consumer(threading.Thread):
     # --- receiving ---
 
     def _parse(self, data: bytes) -> None:
-        ids, tss, atts, bodies = self._ids, self._ts, self._attempts, self._bodies
-        had = len(ids)
+        burst = self._burst
+        had = len(burst)
         try:
-            decoded = self._frames.feed_batched(data, _message_fields)
+            others = self._frames.feed(data, burst)
         except ValueError as exc:
             raise ConnectionError(f"nsqd {self.tcp_address}: {exc}") from None
-        for item in decoded:
-            if isinstance(item, list):
-                for msg_id, body, ts, att in item:
-                    ids.append(msg_id)
-                    bodies.append(body)
-                    tss.append(ts)
-                    atts.append(att)
-                continue
-            ftype, payload = item
+        for ftype, payload in others:
             if ftype == FRAME_TYPE_ERROR:
                 err = ProtocolError.from_frame(payload)
                 if err.fatal:
@@ -432,7 +419,7 @@ class _Consumer(threading.Thread):
             elif payload == HEARTBEAT:
                 assert self.conn is not None
                 self.conn.send(commands.NOP)
-        if len(ids) > had:
+        if len(burst) > had:
             now = time.monotonic()
             if not had:
                 self._first_at = now
@@ -440,27 +427,26 @@ class _Consumer(threading.Thread):
                 self.quiet_since = now
 
     def _drop_burst(self) -> None:
-        self._ids, self._ts, self._attempts, self._bodies = [], [], [], []
-        self._frames = FrameReader()
+        self._burst = Burst()
+        self._frames = BurstReader()
 
     def _persist(self) -> None:
         """Write the burst as chunks of at most one batch's worth of rows (durably), FIN'ing
         each chunk's messages with one write once it is on disk."""
         cap = min(CUT_MAX_ROWS, self.rt.opts.max_records_per_batch)
-        ids, tss, atts, bodies = self._ids, self._ts, self._attempts, self._bodies
-        self._ids, self._ts, self._attempts, self._bodies = [], [], [], []
-        for i in range(0, len(ids), cap):
-            j = i + cap
-            self._write_chunk(ids[i:j], tss[i:j], atts[i:j], bodies[i:j])
+        burst, self._burst = self._burst, Burst()
+        columns = burst.columns()
+        for i in range(0, len(burst), cap):
+            self._write_chunk(*(c.slice(i, cap) for c in columns))
 
-    def _write_chunk(self, ids: list[bytes], tss: list[int], atts: list[int], bodies: list[bytes]) -> None:
+    def _write_chunk(self, ids: pa.Array, tss: pa.Array, atts: pa.Array, bodies: pa.Array) -> None:
         n = len(ids)
         batch = pa.RecordBatch.from_arrays(
             [
-                pa.array(ids, pa.binary()).cast(pa.string()),
-                pa.array(tss, pa.timestamp("ns", tz="UTC")).cast(pa.timestamp("us", tz="UTC"), safe=False),
-                pa.array(atts, pa.int32()),
-                pa.array(bodies, pa.binary()),
+                ids,
+                tss,
+                atts,
+                bodies,
                 self._topic_col.get(n),
                 self._channel_col.get(n),
                 self._addr_col.get(n),
@@ -469,7 +455,7 @@ class _Consumer(threading.Thread):
         )
         seq = self.rt.spool.write(batch)
         assert self.conn is not None
-        self.conn.send(b"FIN " + b"\nFIN ".join(ids) + b"\n")
+        self.conn.send(fin_command(ids))
         self.persisted += n
         self.rt.chunk_written(self, seq, n)
 

@@ -1,0 +1,77 @@
+"""The source's frame decoder (nsqd stream → Arrow columns) against the protocol's own
+FrameReader, over streams cut at every kind of boundary."""
+
+from __future__ import annotations
+
+import random
+import struct
+
+import pyarrow as pa
+import pytest
+
+from nsqpy.protocol.frames import FRAME_TYPE_ERROR, FRAME_TYPE_MESSAGE, FRAME_TYPE_RESPONSE, FrameReader
+from nsqpy.spark.burst import Burst, BurstReader, fin_command
+
+
+def _message(i: int, body: bytes) -> bytes:
+    payload = struct.pack(">qH", 1_700_000_000_123_456_789 + i * 1000, i % 7 + 1) + b"%016x" % i + body
+    return struct.pack(">Ii", len(payload) + 4, FRAME_TYPE_MESSAGE) + payload
+
+
+def _frame(ftype: int, data: bytes) -> bytes:
+    return struct.pack(">Ii", len(data) + 4, ftype) + data
+
+
+def _stream(rng: random.Random, n: int) -> bytes:
+    out = []
+    for i in range(n):
+        out.append(_message(i, bytes(rng.randrange(256) for _ in range(rng.choice((0, 1, 5, 100, 3000))))))
+        if rng.random() < 0.05:
+            out.append(_frame(FRAME_TYPE_RESPONSE, b"_heartbeat_"))
+        if rng.random() < 0.02:
+            out.append(_frame(FRAME_TYPE_ERROR, b"E_FIN_FAILED FIN 0000 failed"))
+    return b"".join(out)
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_columns_match_the_frame_reader(seed: int) -> None:
+    rng = random.Random(seed)
+    data = _stream(rng, 400)
+    # the reference: every frame decoded by the protocol's reader
+    want_msgs, want_others = [], []
+    for ftype, payload in FrameReader().feed(data):
+        if ftype == FRAME_TYPE_MESSAGE:
+            ts, attempts = struct.unpack_from(">qH", payload)
+            want_msgs.append((payload[10:26].decode(), ts // 1000, attempts, payload[26:]))
+        else:
+            want_others.append((ftype, payload))
+    # the stream in random pieces: 1 byte, inside headers, whole runs
+    reader, burst, others = BurstReader(), Burst(), []
+    pos = 0
+    while pos < len(data):
+        step = rng.choice((1, 3, 7, 17, 29, 300, 5000, 100_000))
+        others += reader.feed(data[pos : pos + step], burst)
+        pos += step
+    assert others == want_others
+    assert len(burst) == len(want_msgs) == 400
+    ids, ts, attempts, bodies = burst.columns()
+    assert ids.type == pa.string() and bodies.type == pa.binary()
+    assert ts.type == pa.timestamp("us", tz="UTC") and attempts.type == pa.int32()
+    got = list(zip(ids.to_pylist(), ts.cast(pa.int64()).to_pylist(), attempts.to_pylist(), bodies.to_pylist(),
+                   strict=True))
+    assert got == want_msgs
+
+
+def test_bad_sizes_raise() -> None:
+    with pytest.raises(ValueError, match="invalid frame size"):
+        BurstReader().feed(struct.pack(">Ii", 2, FRAME_TYPE_MESSAGE) + b"xxxxxxxx", Burst())
+    with pytest.raises(ValueError, match="invalid message buffer size"):
+        BurstReader().feed(_frame(FRAME_TYPE_MESSAGE, b"short"), Burst())
+    with pytest.raises(ValueError, match="invalid frame size"):
+        BurstReader(max_frame_size=100).feed(_message(1, b"x" * 200), Burst())
+
+
+def test_fin_command_of_a_slice() -> None:
+    ids = pa.array([f"{i:016x}" for i in range(10)], pa.string())
+    assert fin_command(ids) == b"".join(b"FIN %016x\n" % i for i in range(10))
+    assert fin_command(ids.slice(3, 4)) == b"".join(b"FIN %016x\n" % i for i in range(3, 7))
