@@ -129,13 +129,9 @@ class FrameReader:
         A frame's fields are sliced straight from ``data`` (one copy each); only a frame
         split across reads is buffered. Raises ValueError on a bad frame or message size.
         """
-        buf = self._buf
-        if buf:
-            buf += data
-            if len(buf) < self._need:
-                return []
-            data = bytes(buf)
-            buf.clear()
+        data = self.take(data)
+        if not data:
+            return []
         unpack_message = _MESSAGE_FRAME_HEADER.unpack_from
         unpack_frame = _FRAME_HEADER.unpack_from
         max_size = self.max_frame_size
@@ -168,7 +164,25 @@ class FrameReader:
             pos = nxt
         if run:
             out.append(run)
-        if pos < end:
-            buf += memoryview(data)[pos:]
-            self._need = 4 + unpack_frame(buf, 0)[0] if len(buf) >= 8 else 8
+        self.keep(data, pos)
         return out
+
+    def take(self, data: bytes) -> bytes:
+        """For a decoder walking frames itself: ``data`` preceded by the start of a frame
+        kept from earlier reads, or b"" while that frame is still incomplete."""
+        buf = self._buf
+        if not buf:
+            return data
+        buf += data
+        if len(buf) < self._need:
+            return b""
+        data = bytes(buf)
+        buf.clear()
+        return data
+
+    def keep(self, data: bytes, pos: int) -> None:
+        """Keep ``data[pos:]`` (the start of a frame) for the next :meth:`take`."""
+        if pos < len(data):
+            buf = self._buf
+            buf += memoryview(data)[pos:]
+            self._need = 4 + _FRAME_HEADER.unpack_from(buf, 0)[0] if len(buf) >= 8 else 8

@@ -14,7 +14,7 @@ import struct
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from nsqpy.protocol.frames import FRAME_TYPE_MESSAGE, MESSAGE_HEADER_SIZE, MSG_ID_LENGTH
+from nsqpy.protocol.frames import FRAME_TYPE_MESSAGE, MESSAGE_HEADER_SIZE, MSG_ID_LENGTH, FrameReader
 
 _HEADER = struct.Struct(">IiqH")  # size, frame type, timestamp (ns), attempts
 _FRAME = struct.Struct(">Ii")  # size, frame type
@@ -58,21 +58,16 @@ class BurstReader:
     """Splits what a connection receives into the burst's message columns and the other
     frames; a frame split across reads waits for its rest."""
 
-    def __init__(self, max_frame_size: int = 0x7FFFFFFF) -> None:
+    def __init__(self, max_frame_size: int = 64 * 1024 * 1024) -> None:
         self.max_frame_size = max_frame_size
-        self._buf = bytearray()
-        self._need = 8
+        self._pending = FrameReader(max_frame_size)  # only for a frame split across reads
 
     def feed(self, data: bytes, burst: Burst) -> list[tuple[int, bytes]]:
         """Append ``data``'s messages to ``burst``; return its other frames as
         ``(type, payload)``. Raises ValueError on a bad frame or message size."""
-        buf = self._buf
-        if buf:
-            buf += data
-            if len(buf) < self._need:
-                return []
-            data = bytes(buf)
-            buf.clear()
+        data = self._pending.take(data)
+        if not data:
+            return []
         unpack_header = _HEADER.unpack_from
         unpack_frame = _FRAME.unpack_from
         max_size = self.max_frame_size
@@ -109,9 +104,7 @@ class BurstReader:
             pos = nxt
         if starts:
             burst.runs.append(_frames_array(data, starts, pos))
-        if pos < end:
-            buf += memoryview(data)[pos:]
-            self._need = 4 + unpack_frame(buf, 0)[0] if len(buf) >= 8 else 8
+        self._pending.keep(data, pos)
         return others
 
 
