@@ -68,10 +68,21 @@ def test_bad_sizes_raise() -> None:
     with pytest.raises(ValueError, match="invalid message buffer size"):
         BurstReader().feed(_frame(FRAME_TYPE_MESSAGE, b"short"), Burst())
     with pytest.raises(ValueError, match="invalid frame size"):
-        BurstReader(max_frame_size=100).feed(_message(1, b"x" * 200), Burst())
+        BurstReader(FrameReader(max_frame_size=100)).feed(_message(1, b"x" * 200), Burst())
 
 
 def test_fin_command_of_a_slice() -> None:
     ids = pa.array([f"{i:016x}" for i in range(10)], pa.string())
     assert fin_command(ids) == b"".join(b"FIN %016x\n" % i for i in range(10))
     assert fin_command(ids.slice(3, 4)) == b"".join(b"FIN %016x\n" % i for i in range(3, 7))
+
+
+def test_takes_over_a_connection_readers_partial_frame() -> None:
+    data = _frame(FRAME_TYPE_RESPONSE, b"OK") + _message(1, b"body-1") + _message(2, b"body-2")
+    cut = len(_frame(FRAME_TYPE_RESPONSE, b"OK")) + 11  # inside the first message's header
+    conn_reader = FrameReader()
+    assert conn_reader.feed(data[:cut]) == [(FRAME_TYPE_RESPONSE, b"OK")]
+    burst = Burst()
+    assert BurstReader(conn_reader).feed(data[cut:], burst) == []
+    ids, _, _, bodies = burst.columns()
+    assert ids.to_pylist() == ["%016x" % 1, "%016x" % 2] and bodies.to_pylist() == [b"body-1", b"body-2"]

@@ -93,13 +93,6 @@ class FrameReader:
         self._need = 0  # bytes _buf must hold before feed_batched tries to parse it
         self.max_frame_size = max_frame_size
 
-    def unparsed(self) -> bytes:
-        """What was fed but not yet returned (the start of a frame); the reader forgets it."""
-        data = bytes(self._buf)
-        self._buf.clear()
-        self._need = 0
-        return data
-
     def feed(self, data: bytes) -> list[tuple[int, bytes]]:
         self._need = 0
         buf = self._buf

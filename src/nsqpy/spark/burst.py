@@ -51,16 +51,16 @@ def fin_command(ids: pa.Array) -> bytes:
     _, offsets, data = joined.buffers()
     first = struct.unpack_from("<i", offsets, 4 * joined.offset)[0]
     last = struct.unpack_from("<i", offsets, 4 * (joined.offset + len(joined)))[0]
-    return data.to_pybytes()[first:last]
+    return data.slice(first, last - first).to_pybytes()
 
 
 class BurstReader:
     """Splits what a connection receives into the burst's message columns and the other
-    frames; a frame split across reads waits for its rest."""
+    frames; a frame split across reads waits for its rest in ``pending`` (a connection's
+    own reader, with what it received but did not parse, when the burst reader takes over)."""
 
-    def __init__(self, max_frame_size: int = 64 * 1024 * 1024) -> None:
-        self.max_frame_size = max_frame_size
-        self._pending = FrameReader(max_frame_size)  # only for a frame split across reads
+    def __init__(self, pending: FrameReader | None = None) -> None:
+        self._pending = pending if pending is not None else FrameReader()
 
     def feed(self, data: bytes, burst: Burst) -> list[tuple[int, bytes]]:
         """Append ``data``'s messages to ``burst``; return its other frames as
@@ -70,7 +70,7 @@ class BurstReader:
             return []
         unpack_header = _HEADER.unpack_from
         unpack_frame = _FRAME.unpack_from
-        max_size = self.max_frame_size
+        max_size = self._pending.max_frame_size
         ts_append = burst.timestamps.append
         att_append = burst.attempts.append
         others: list[tuple[int, bytes]] = []

@@ -138,12 +138,12 @@ class BlockingConnection:
             self.sock.sendall(commands.NOP)
         return frames
 
-    def detach(self) -> bytes:
-        """What was received but not yet parsed, for a caller that takes over the socket
-        (and decodes the stream itself)."""
+    def detach_reader(self) -> FrameReader:
+        """The frame decoder, holding whatever was received but not yet parsed, for a
+        caller that takes over the socket (see :meth:`FrameReader.take`)."""
         if self._backlog:
             raise RuntimeError("frames are still queued on this connection")
-        return self._frames.unparsed()
+        return self._frames
 
     def next_frame(self, timeout: float) -> tuple[int, bytes]:
         """The next frame other than a heartbeat; TimeoutError after ``timeout`` s."""

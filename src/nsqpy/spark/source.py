@@ -330,8 +330,7 @@ class _Consumer(threading.Thread):
         if resp != b"OK":
             raise ProtocolError("E_INVALID", f"unexpected SUB response {resp!r}")
         self.sessions += 1
-        self._frames = BurstReader()
-        leftover = conn.detach()
+        self._frames = BurstReader(conn.detach_reader())
         if rt.available_now and self.sessions == 1:
             self._snapshot_pending()
         self.connected = True
@@ -339,8 +338,6 @@ class _Consumer(threading.Thread):
         with rt.cond:
             self.quiet_since = time.monotonic()
         sock = conn.sock
-        if leftover:
-            self._parse(leftover)
         while True:
             if rt.stopping:
                 self._close_cleanly()
@@ -428,7 +425,6 @@ class _Consumer(threading.Thread):
 
     def _drop_burst(self) -> None:
         self._burst = Burst()
-        self._frames = BurstReader()
 
     def _persist(self) -> None:
         """Write the burst as chunks of at most one batch's worth of rows (durably), FIN'ing
