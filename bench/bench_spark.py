@@ -52,6 +52,12 @@ def topic_stats(nsqd: Daemon, topic: str) -> dict[str, Any]:
     return {}
 
 
+def bodies(seqs: range, size: int) -> list[bytes]:
+    """Distinct ``size``-byte bodies: the sequence number, padded."""
+    pad = b"x" * size
+    return [(b"%012d" % i + pad)[:size] for i in seqs]
+
+
 def prepublish(nsqd: Daemon, topic: str, count: int, size: int) -> float:
     """MPUB ``count`` distinct ``size``-byte bodies; returns the seconds it took."""
     from nsqpy.spark.sink import SinkOptions, publish_batches
@@ -59,13 +65,12 @@ def prepublish(nsqd: Daemon, topic: str, count: int, size: int) -> float:
     import pyarrow as pa
 
     opts = SinkOptions.parse({"topic": topic, "nsqdTcpAddresses": nsqd.tcp})
-    pad = b"x" * size
 
     def batches() -> Any:
         step = 10_000
         for start in range(0, count, step):
-            bodies = [(b"%012d" % i + pad)[:size] for i in range(start, min(start + step, count))]
-            yield pa.record_batch([pa.array(bodies, pa.binary())], names=["body"])
+            chunk = bodies(range(start, min(start + step, count)), size)
+            yield pa.record_batch([pa.array(chunk, pa.binary())], names=["body"])
 
     t0 = time.perf_counter()
     publish_batches(opts, batches(), 0)
@@ -81,7 +86,6 @@ def prefill(spool: Path, topic: str, count: int, size: int, chunk_rows: int) -> 
 
     t0 = time.perf_counter()
     out = Spool(str(spool))
-    pad = b"x" * size
     now_us = int(time.time() * 1_000_000)
     for start in range(0, count, chunk_rows):
         seqs = range(start, min(start + chunk_rows, count))
@@ -91,7 +95,7 @@ def prefill(spool: Path, topic: str, count: int, size: int, chunk_rows: int) -> 
                 pa.array(["%016x" % i for i in seqs], pa.string()),
                 pa.array([now_us + i for i in seqs], pa.timestamp("us", tz="UTC")),
                 pa.array([1] * n, pa.int32()),
-                pa.array([(b"%012d" % i + pad)[:size] for i in seqs], pa.binary()),
+                pa.array(bodies(seqs, size), pa.binary()),
                 pa.array([topic] * n, pa.string()),
                 pa.array(["nsq_spark"] * n, pa.string()),
                 pa.array(["prefill"] * n, pa.string()),
@@ -115,7 +119,7 @@ def run_source(spark: Any, nsqd: Daemon, topic: str, work: Path, args: argparse.
     if args.pipeline == "archive":
         out, query = _run_archive(spark, nsqd, topic, work, args)
     else:
-        out, query = _run_file_sink(spark, nsqd, topic, work, args)
+        out, query = _run_spark_sink(spark, nsqd, topic, work, args)
     wall = time.perf_counter() - t0
     cpu1 = tree_cpu_seconds()
     steal1 = steal_ticks()
@@ -181,7 +185,7 @@ def _run_archive(
     return out, totals.query
 
 
-def _run_file_sink(
+def _run_spark_sink(
     spark: Any, nsqd: Daemon, topic: str, work: Path, args: argparse.Namespace
 ) -> tuple[Path | None, Any]:
     out = work / "parquet" if args.pipeline == "parquet" else None
