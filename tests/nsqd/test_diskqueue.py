@@ -816,6 +816,8 @@ op = st.one_of(
     st.tuples(st.just("put"), st.binary(min_size=0, max_size=60)),
     st.tuples(st.just("put_many"), st.lists(st.binary(min_size=0, max_size=60), max_size=12)),
     st.tuples(st.just("read"), st.integers(min_value=0, max_value=15)),
+    st.tuples(st.just("read_into"), st.integers(min_value=0, max_value=15)),
+    st.tuples(st.just("read_into_fails"), st.integers(min_value=0, max_value=15)),
     st.tuples(st.just("reopen"), st.none()),
     st.tuples(st.just("sync"), st.none()),
     st.tuples(st.just("empty"), st.none()),
@@ -842,6 +844,26 @@ def test_model(ops, max_bytes):
             elif name == "read":
                 got = dq.read(arg)
                 assert got == [model.popleft() for _ in range(min(arg, len(model)))]
+            elif name in ("read_into", "read_into_fails"):
+                seen: list[bytes] = []
+
+                def sink(records, fail=name == "read_into_fails", seen=seen):
+                    seen.extend(records)
+                    if fail:
+                        raise OSError("the sink failed")
+
+                if name == "read_into" or not (arg and model):
+                    n = dq.read_into(arg, sink)
+                    assert n == len(seen)
+                else:
+                    with pytest.raises(OSError):
+                        dq.read_into(arg, sink)
+                # a prefix of the queue (never past its segment), at least one record
+                assert seen == list(model)[: len(seen)]
+                assert bool(seen) == bool(arg and model)
+                if name == "read_into":
+                    for _ in seen:
+                        model.popleft()
             elif name == "reopen":
                 state = (dq.depth, dq.read_file_num, dq.read_pos, dq.write_file_num, dq.write_pos)
                 dq.close()

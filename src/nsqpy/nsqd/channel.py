@@ -23,7 +23,8 @@ from typing import TYPE_CHECKING
 from ..protocol.frames import encode_message
 from ..protocol.names import is_ephemeral
 from .message import Message
-from .metadata import write_file_atomic
+from .diskqueue import DiskQueueError, DiskQueueWriteError
+from .fileio import write_file_atomic
 
 if TYPE_CHECKING:
     from .diskqueue import DiskQueue
@@ -114,8 +115,12 @@ class Channel:
     def put_messages(self, msgs: list[Message]) -> bool:
         """Queue published messages: memory up to --mem-queue-size, the rest to the backend
         (ephemeral channels drop it, as NSQ does). True if a backend write must be fsynced
-        before the publish is acknowledged."""
-        self.message_count += len(msgs)
+        before the publish is acknowledged.
+
+        A failed backend write raises :class:`DiskQueueWriteError` whose ``written`` counts
+        the leading messages this channel kept (in memory or on disk) all the same.
+        """
+        total = len(msgs)
         if any(m.defer for m in msgs):
             now_msgs = []
             for m in msgs:
@@ -127,25 +132,48 @@ class Channel:
                     now_msgs.append(m)
             msgs = now_msgs
         if not msgs:
+            self.message_count += total
             return False
         free = self.nsqd.options.mem_queue_size - len(self.queue)
         must_sync = False
         if free < len(msgs):
-            overflow = msgs[max(free, 0) :]
-            msgs = msgs[: max(free, 0)]
+            keep = max(free, 0)
+            overflow = msgs[keep:]
+            msgs = msgs[:keep]
             if self.backend is not None:
-                must_sync = self.nsqd.write_backend(self.backend, encode_messages(overflow))
+                try:
+                    must_sync = self.nsqd.write_backend(self.backend, encode_messages(overflow))
+                except DiskQueueWriteError as e:
+                    accepted = total - len(overflow) + e.written
+                    self.message_count += accepted
+                    if msgs:
+                        self.queue.extend(msgs)
+                        self.schedule_pump()
+                    raise DiskQueueWriteError(str(e), accepted) from e
+        self.message_count += total
         if msgs:
             self.queue.extend(msgs)
         self.schedule_pump()
         return must_sync
 
+    def put_in_memory(self, msgs: list[Message]) -> None:
+        """Queue messages in memory even past --mem-queue-size: messages that were only in
+        memory before (a topic's held messages) and that the backend would not take."""
+        self.message_count += len(msgs)
+        self.queue.extend(msgs)
+        self.schedule_pump()
+
     def put_records(self, records: list[bytes]) -> None:
         """Take already-encoded messages straight onto the backend (a topic's disk backlog
-        moving to its only channel, whose memory queue is full)."""
-        self.message_count += len(records)
+        moving to its only channel, whose memory queue is full). Raises
+        :class:`DiskQueueWriteError` as :meth:`put_messages` does."""
         if self.backend is not None:
-            self.nsqd.write_backend(self.backend, records)
+            try:
+                self.nsqd.write_backend(self.backend, records)
+            except DiskQueueWriteError as e:
+                self.message_count += e.written
+                raise
+            self.message_count += len(records)
             self.schedule_pump()
 
     def requeue_now(self, msg: Message) -> None:
@@ -380,11 +408,12 @@ class Channel:
         except OSError as e:
             log.error("CHANNEL(%s): failed to remove deferred file - %s", self.backend_name, e)
 
-    def flush(self) -> None:
+    def flush(self) -> list[str]:
         """Clean shutdown: write memory, in-flight and deferred messages to the backend
-        (attempts preserved), and the deferred due times to the sidecar file."""
+        (attempts preserved), and the deferred due times to the sidecar file. Returns what
+        could not be written (each error logged)."""
         if self.backend is None:
-            return
+            return []
         msgs = list(self.queue)
         msgs += self.in_flight.values()
         loop_now = self.nsqd.loop.time()
@@ -398,11 +427,28 @@ class Channel:
         self.queue.clear()
         self.in_flight.clear()
         self.deferred.clear()
+        errors = []
         if msgs:
-            self.backend.put_many(encode_messages(msgs))
-            log.info("CHANNEL(%s): flushed %d message(s) to disk", self.backend_name, len(msgs))
+            try:
+                self.backend.put_many(encode_messages(msgs))
+                log.info("CHANNEL(%s): flushed %d message(s) to disk", self.backend_name, len(msgs))
+            except DiskQueueError as e:
+                lost = len(msgs) - getattr(e, "written", 0)
+                errors.append(
+                    f"CHANNEL({self.backend_name}): failed to flush {lost} of {len(msgs)} "
+                    f"message(s) to disk, they are lost - {e}"
+                )
+                log.error("%s", errors[-1])
         if due:
             doc = {"deferred": {k.decode(): v for k, v in due.items()}}
-            write_file_atomic(self._deferred_path(), json.dumps(doc).encode())
+            try:
+                write_file_atomic(self._deferred_path(), json.dumps(doc).encode())
+            except OSError as e:
+                errors.append(
+                    f"CHANNEL({self.backend_name}): failed to save {len(due)} deferred due "
+                    f"time(s) (the messages are on disk, due at once) - {e}"
+                )
+                log.error("%s", errors[-1])
         else:
             self._remove_deferred_file()
+        return errors

@@ -37,8 +37,10 @@ import re
 import struct
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import NoReturn
+
+from .fileio import fsync_dir, path_error
 
 __all__ = [
     "DiskQueue",
@@ -75,22 +77,12 @@ class InvalidMessageSizeError(DiskQueueError, ValueError):
 
 
 class DiskQueueWriteError(DiskQueueError):
-    """Writing to a segment failed. ``written`` records of the call were stored before it."""
+    """Writing to a segment failed (the text is Go's, e.g. ``write <file>: no space left on
+    device``). ``written`` records of the call were stored before it."""
 
     def __init__(self, message: str, written: int) -> None:
         super().__init__(message)
         self.written = written
-
-
-def _fsync_dir(path: str) -> None:
-    fd = os.open(path, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0))
-    try:
-        os.fsync(fd)
-    except OSError as e:  # some filesystems cannot fsync a directory
-        if e.errno not in (errno.EINVAL, errno.ENOTSUP):
-            raise
-    finally:
-        os.close(fd)
 
 
 def _close_quietly(fd: int) -> None:
@@ -104,8 +96,9 @@ class SyncJob:
     """One fsync round for one queue, prepared on the loop, run anywhere (once).
 
     It owns its file descriptors (duplicates of the write segment's, and the segments retired
-    by roll-overs since the previous round) and a snapshot of the metadata text, so the loop
-    may keep writing, reading, rolling and deleting while :meth:`run` blocks.
+    by roll-overs since the previous round, each with its path for error messages) and a
+    snapshot of the metadata text, so the loop may keep writing, reading, rolling and deleting
+    while :meth:`run` blocks.
     """
 
     __slots__ = ("_queue", "_fds", "_meta", "_seq", "_epoch", "_dir_first")
@@ -113,7 +106,7 @@ class SyncJob:
     def __init__(
         self,
         queue: DiskQueue,
-        fds: list[int],
+        fds: list[tuple[int, str]],
         meta: str | None,
         seq: int,
         epoch: int,
@@ -127,20 +120,21 @@ class SyncJob:
         self._dir_first = dir_first
 
     def run(self) -> None:
-        """fsync the data, then write the metadata atomically; raises OSError on failure."""
+        """fsync the data, then write the metadata atomically; raises an OSError worded as
+        Go's (:class:`~nsqpy.nsqd.fileio.PathError`) on failure."""
         q = self._queue
         fds, self._fds = self._fds, []
         meta, self._meta = self._meta, None
         err: OSError | None = None
         try:
-            for fd in fds:
+            for fd, path in fds:
                 try:
                     os.fsync(fd)
                 except OSError as e:
                     if err is None:
-                        err = e
+                        err = path_error("sync", path, e)
         finally:
-            for fd in fds:
+            for fd, _ in fds:
                 _close_quietly(fd)
         try:
             if err is not None:
@@ -148,7 +142,7 @@ class SyncJob:
             if meta is not None:
                 if self._dir_first:
                     # new segment files must be durable before metadata can name them
-                    _fsync_dir(q.data_path)
+                    fsync_dir(q.data_path)
                 q._persist_metadata(meta, self._seq, self._epoch)
         except OSError as e:
             q._sync_failed()
@@ -206,7 +200,7 @@ class DiskQueue:
         self._wfd: int | None = None
         self._wdirty = False  # written since the last prepare_sync
         self._created = False  # a segment was opened/created since the last prepare_sync
-        self._retired: list[int] = []  # rolled-over segments awaiting their fsync
+        self._retired: list[tuple[int, str]] = []  # rolled-over segments awaiting their fsync
         # reader: _rbuf holds the segment's bytes from file offset _rbuf_pos on
         self._rfd: int | None = None
         self._rbuf = b""
@@ -342,7 +336,10 @@ class DiskQueue:
         view = memoryview(buf)
         try:
             while written < len(buf):
-                written += _pwrite(fd, view[written:], pos + written)
+                n = _pwrite(fd, view[written:], pos + written)
+                if n <= 0:
+                    raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+                written += n
         except OSError as e:
             self._write_failed(fd, pos, e, done)
 
@@ -352,17 +349,18 @@ class DiskQueue:
             os.ftruncate(fd, pos)
         except OSError:
             pass
-        path = self.file_name(self.write_file_num)
-        self._log.error("DISKQUEUE(%s) failed to write to %s - %s", self.name, path, e)
-        raise DiskQueueWriteError(str(e), done) from e
+        err = path_error("write", self.file_name(self.write_file_num), e)
+        self._log.error("DISKQUEUE(%s) failed to write - %s", self.name, err)
+        raise DiskQueueWriteError(str(err), done) from e
 
     def _open_write_file(self, done: int = 0) -> int:
         path = self.file_name(self.write_file_num)
         try:
             fd = os.open(path, os.O_WRONLY | os.O_CREAT, 0o600)
         except OSError as e:
-            self._log.error("DISKQUEUE(%s) failed to open %s - %s", self.name, path, e)
-            raise DiskQueueWriteError(str(e), done) from e
+            err = path_error("open", path, e)
+            self._log.error("DISKQUEUE(%s) failed to open - %s", self.name, err)
+            raise DiskQueueWriteError(str(err), done) from e
         self._log.info("DISKQUEUE(%s): writeOne() opened %s", self.name, path)
         self._wfd = fd
         self._created = True
@@ -374,7 +372,7 @@ class DiskQueue:
         fd = self._wfd
         if fd is not None:
             if self._wdirty:
-                self._retired.append(fd)
+                self._retired.append((fd, self.file_name(old)))
             else:
                 os.close(fd)
             self._wfd = None
@@ -398,15 +396,40 @@ class DiskQueue:
 
     def read(self, max_count: int) -> list[bytes]:
         """Consume up to ``max_count`` records in order (fewer if the queue runs dry)."""
+        return self._read(max_count, False)[0]
+
+    def read_into(self, max_count: int, sink: Callable[[list[bytes]], None]) -> int:
+        """Hand up to ``max_count`` records (all from one segment) to ``sink`` and consume
+        them only once it returns: if ``sink`` raises, they stay at the head of the queue, to
+        be read again, and the exception propagates. Returns how many were consumed."""
+        records, end = self._read(max_count, True)
+        if not records:
+            return 0
+        at = (self.read_file_num, self.read_pos)
+        sink(records)
+        if self._closed or (self.read_file_num, self.read_pos) != at:
+            return 0  # emptied or deleted by the sink: nothing left to consume
+        n = len(records)
+        self.read_pos = end
+        self.depth -= n
+        self._ops += n
+        self._read_done()
+        return n
+
+    def _read(self, max_count: int, peek: bool) -> tuple[list[bytes], int]:
+        """Records from the read position and the position after them. ``peek``: stop at the
+        end of the segment or before an error once some records were found, and leave the
+        read position (and depth) where it was."""
         if self._closed:
             raise DiskQueueClosedError("exiting")
         out: list[bytes] = []
         if max_count <= 0:
-            return out
+            return out, self.read_pos
         mn = self.min_msg_size
         mx = self.max_msg_size
         unpack = _unpack_len
         append = out.append
+        mark = (self.read_pos, self.depth, self._ops)
         while len(out) < max_count:
             finished = self.read_file_num < self.write_file_num
             if not finished and self.read_pos >= self.write_pos:
@@ -418,10 +441,14 @@ class DiskQueue:
                 if limit < 0:
                     limit = self._rsize = os.fstat(self._rfd).st_size  # type: ignore[arg-type]
                 if self.read_pos >= limit:
+                    if peek and out:
+                        break
                     self._next_read_file()
                     continue
             else:
                 limit = self.write_pos
+            if not out:
+                mark = (self.read_pos, self.depth, self._ops)
 
             buf = self._rbuf
             blen = len(buf)
@@ -452,10 +479,14 @@ class DiskQueue:
                 self.depth -= got
                 self._ops += got
             if bad is not None:
+                if peek and out:
+                    break  # the next read meets the error with nothing pending
                 self._handle_read_error(bad)
                 continue
             if need:
                 if pos + need > limit:
+                    if peek and out:
+                        break
                     self._handle_read_error(
                         "short read: %d bytes left for a %d byte record" % (limit - pos, need)
                     )
@@ -466,29 +497,45 @@ class DiskQueue:
                 try:
                     data = os.pread(self._rfd, size, file_end)  # type: ignore[arg-type]
                 except OSError as e:
-                    self._handle_read_error(str(e))
+                    if peek and out:
+                        break
+                    self._handle_read_error(str(path_error("read", self.file_name(self.read_file_num), e)))
                     continue
                 if have + len(data) < need:
+                    if peek and out:
+                        break
                     self._handle_read_error("short read (unexpected EOF)")
                     continue
-                self._rbuf = buf[off:] + data if have else data
-                self._rbuf_pos = pos
+                # keep the unconsumed bytes (for a peek, everything from where it started)
+                keep = (mark[0] if peek and out else pos) - self._rbuf_pos
+                self._rbuf = buf[keep:] + data if keep < blen else data
+                self._rbuf_pos += keep
                 continue
             if finished and pos >= limit:
+                if peek:
+                    break
                 self._next_read_file()
+        if peek:
+            end_pos = self.read_pos
+            if out:
+                self.read_pos, self.depth, self._ops = mark
+            return out, end_pos
+        self._read_done()
+        return out, self.read_pos
+
+    def _read_done(self) -> None:
         if self._rbuf and self.read_pos >= self._rbuf_pos + len(self._rbuf):
             self._rbuf = b""  # idle queues keep no buffer
             self._rbuf_pos = self.read_pos
         if self.depth and self.read_pos == self.write_pos:
             self._check_tail()
-        return out
 
     def _open_read_file(self) -> bool:
         path = self.file_name(self.read_file_num)
         try:
             fd = os.open(path, os.O_RDONLY)
         except OSError as e:
-            self._handle_read_error(str(e))
+            self._handle_read_error(str(path_error("open", path, e)))
             return False
         self._log.info("DISKQUEUE(%s): readOne() opened %s", self.name, path)
         self._rfd = fd
@@ -534,7 +581,7 @@ class DiskQueue:
             # the write segment itself is unreadable: abandon it for writes too
             if self._wfd is not None:
                 if self._wdirty:
-                    self._retired.append(self._wfd)
+                    self._retired.append((self._wfd, self.file_name(self.write_file_num)))
                 else:
                     _close_quietly(self._wfd)
                 self._wfd = None
@@ -607,7 +654,7 @@ class DiskQueue:
             return SyncJob(self, [], None, 0, self._epoch, False)
         fds, self._retired = self._retired, []
         if self._wfd is not None and self._wdirty:
-            fds.append(os.dup(self._wfd))
+            fds.append((os.dup(self._wfd), self.file_name(self.write_file_num)))
             self._wdirty = False
         meta: str | None = self.metadata_text()
         if meta == self._last_meta and not fds:
@@ -630,10 +677,17 @@ class DiskQueue:
 
     def _persist_metadata(self, text: str, seq: int, epoch: int) -> None:
         tmp = "%s.%d.tmp" % (self._meta_path, random.getrandbits(63))
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        try:
+            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        except OSError as e:
+            raise path_error("open", tmp, e) from None
+        op = "write"
         try:
             try:
-                os.write(fd, text.encode())
+                data = memoryview(text.encode())
+                while data:  # a short write (a nearly full disk) is retried, then fails
+                    data = data[os.write(fd, data) :]
+                op = "sync"
                 os.fsync(fd)
             finally:
                 os.close(fd)
@@ -645,15 +699,18 @@ class DiskQueue:
                     except FileNotFoundError:
                         pass
                     return
+                op = "rename"
                 os.replace(tmp, self._meta_path)
                 self._meta_seq = seq
-        except BaseException:
+        except BaseException as e:
             try:
                 os.remove(tmp)
             except OSError:
                 pass
+            if isinstance(e, OSError):
+                raise path_error(op, tmp, e) from None
             raise
-        _fsync_dir(self.data_path)
+        fsync_dir(self.data_path)
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -729,7 +786,7 @@ class DiskQueue:
             _close_quietly(self._wfd)
             self._wfd = None
         self._wdirty = False
-        for fd in self._retired:
+        for fd, _ in self._retired:
             _close_quietly(fd)
         self._retired = []
 

@@ -64,6 +64,7 @@ from .stats import (
     stats_document,
     stats_text,
 )
+from .diskqueue import DiskQueueError
 from .topic import Topic, TopicExitingError
 
 if TYPE_CHECKING:
@@ -188,20 +189,23 @@ class HTTPServer:
 
     async def _put(self, topic: Topic, bodies: list[bytes], defer: float) -> None:
         """Publish through the same path as TCP PUB/MPUB (including waiting for the fsync
-        when --sync-every is reached); any failure is Go's 503 EXITING."""
+        when --sync-every is reached); any failure is Go's 503 EXITING (the cause, e.g. a
+        full disk, is logged and shown by /ping)."""
         if self.nsqd.exiting or topic.exiting:
             raise HTTPError(503, "EXITING")
         if not bodies:
             return
         try:
             must_sync = topic.put_bodies(bodies, defer)
-        except (TopicExitingError, OSError) as e:
+        except (TopicExitingError, DiskQueueError, OSError) as e:
             log.error("TOPIC(%s): failed to put message(s) - %s", topic.name, e)
             raise HTTPError(503, "EXITING") from None
         if must_sync:
             done: asyncio.Future[BaseException | None] = asyncio.get_running_loop().create_future()
             self.nsqd.wait_durable(lambda err: done.done() or done.set_result(err))
-            if await done is not None:
+            err = await done
+            if err is not None:
+                log.error("TOPIC(%s): failed to sync message(s) - %s", topic.name, err)
                 raise HTTPError(503, "EXITING")
 
     async def pub(self, request: web.Request, params: Params) -> Any:

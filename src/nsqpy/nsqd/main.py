@@ -8,7 +8,7 @@ import sys
 
 from .. import daemon
 from ..daemon import LEVELS, setup_logging  # noqa: F401  (LEVELS re-exported)
-from .nsqd import NSQD
+from .nsqd import NSQD, ShutdownError
 from .options import (
     HelpRequested,
     Options,
@@ -41,6 +41,8 @@ async def serve(opts: Options) -> None:
         await stop.wait()
     finally:
         await nsqd.stop()
+    if nsqd.shutdown_errors:
+        raise ShutdownError(nsqd.shutdown_errors)
 
 
 def tune_gc() -> None:

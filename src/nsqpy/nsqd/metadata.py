@@ -11,7 +11,6 @@ import contextlib
 import fcntl
 import json
 import os
-import random
 from typing import Any
 
 from .. import NSQ_VERSION
@@ -21,30 +20,6 @@ METADATA_FILE = "nsqd.dat"
 
 def metadata_path(data_path: str) -> str:
     return os.path.join(data_path or ".", METADATA_FILE)
-
-
-def fsync_dir(path: str) -> None:
-    fd = os.open(path or ".", os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
-def write_file_atomic(path: str, data: bytes, tmp_suffix: str | None = None) -> None:
-    """Write ``data`` to a temp file, fsync it, rename it over ``path``, fsync the directory."""
-    tmp = f"{path}.{tmp_suffix if tmp_suffix is not None else random.getrandbits(63)}.tmp"
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    try:
-        view = memoryview(data)
-        while view:
-            n = os.write(fd, view)
-            view = view[n:]
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-    os.replace(tmp, path)
-    fsync_dir(os.path.dirname(path))
 
 
 def encode_metadata(topics: list[dict[str, Any]]) -> bytes:

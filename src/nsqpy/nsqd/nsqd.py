@@ -22,10 +22,11 @@ from ..daemon import format_address, split_address  # noqa: F401  (re-exported)
 from ..daemon import listen_socket as _listen_socket
 from ..protocol.frames import MESSAGE_HEADER_SIZE
 from ..protocol.names import is_valid_topic_name
-from .diskqueue import DiskQueue
+from .diskqueue import DiskQueue, DiskQueueError, DiskQueueWriteError
 from .guid import GUIDFactory
 from .lookup import LookupPeers, register, unregister
-from .metadata import DataPathLock, encode_metadata, metadata_path, read_metadata, write_file_atomic
+from .fileio import write_file_atomic
+from .metadata import DataPathLock, encode_metadata, metadata_path, read_metadata
 from .options import Options
 from .protocol_v2 import ClientV2
 from .syncer import Syncer, Waiter
@@ -34,7 +35,20 @@ from .topic import Topic
 #: A stored message's bytes beyond its body: timestamp, attempts and id.
 MESSAGE_OVERHEAD = MESSAGE_HEADER_SIZE - 4
 
+#: Seconds between attempts to write nsqd.dat after a failure (a full disk).
+METADATA_RETRY = 1.0
+
 log = logging.getLogger("nsqd")
+
+
+class ShutdownError(RuntimeError):
+    """A clean shutdown could not write everything to disk (each error was logged)."""
+
+    def __init__(self, errors: list[str]) -> None:
+        super().__init__(
+            f"shutdown failed to write {len(errors)} queue(s) to disk - " + "; ".join(errors)
+        )
+        self.errors = errors
 
 
 class NSQD:
@@ -56,6 +70,10 @@ class NSQD:
         self._loading = False
         self._metadata_pending = False
         self._metadata_task: asyncio.Task[None] | None = None
+        #: Go's SetHealth: the last disk write error, None while writes succeed
+        self._health_error: str | None = None
+        #: what a clean shutdown could not write to disk (the daemon then exits non-zero)
+        self.shutdown_errors: list[str] = []
         self.syncer: Syncer | None = None
         self.lookup_peers = LookupPeers(self)
         self._client_ids = itertools.count(1)
@@ -84,9 +102,14 @@ class NSQD:
         except (OSError, RuntimeError) as e:
             raise RuntimeError(f"failed to lock data-path: {e}") from None
         try:
-            self.syncer = Syncer(self._loop, opts.sync_timeout)
+            self.syncer = Syncer(self._loop, opts.sync_timeout, self._sync_result)
             self.syncer.start()
             self.load_metadata()
+            # as Go's nsqd: prove the data path is writable before accepting a message
+            try:
+                self.persist_metadata()
+            except OSError as e:
+                raise RuntimeError(f"failed to persist metadata - {e}") from None
             await self._listen()
             self.lookup_peers.set_addresses(opts.nsqlookupd_tcp_addresses)
         except BaseException:
@@ -177,16 +200,17 @@ class NSQD:
                 with contextlib.suppress(OSError):
                     os.unlink(addr)
         for topic in list(self.topics.values()):
-            try:
-                topic.flush()
-            except Exception:
-                log.exception("TOPIC(%s): failed to flush to disk", topic.name)
+            self.shutdown_errors += topic.flush()
         await self._close_backends()
         try:
             self.persist_metadata()
         except OSError as e:
             log.error("failed to persist metadata - %s", e)
+            self.shutdown_errors.append(f"failed to persist metadata - {e}")
         self._lock.release()
+        if self.shutdown_errors:
+            log.error("NSQ: shutdown could not write everything to disk (%d error(s))",
+                      len(self.shutdown_errors))
         log.info("NSQ: bye")
 
     async def _close_backends(self) -> None:
@@ -201,23 +225,30 @@ class NSQD:
                 backends.append(topic.backend)
             backends += [ch.backend for ch in topic.channels.values() if ch.backend is not None]
 
-        def close_all() -> None:
+        def close_all() -> list[str]:
+            errors = []
             for b in backends:
                 try:
                     b.close()
-                except Exception:
-                    log.exception("DISKQUEUE(%s): failed to close", b)
+                except Exception as e:  # noqa: BLE001 - report each, close the rest
+                    log.error("DISKQUEUE(%s): failed to sync on close - %s", b.name, e)
+                    errors.append(f"DISKQUEUE({b.name}): failed to sync on close - {e}")
+            return errors
 
         if self.syncer is not None:
             await self.syncer.close()
-        await asyncio.get_running_loop().run_in_executor(None, close_all)
+        errors = await asyncio.get_running_loop().run_in_executor(None, close_all)
+        if self.exiting:
+            self.shutdown_errors += errors
 
     async def __aenter__(self) -> NSQD:
         await self.start()
         return self
 
-    async def __aexit__(self, *exc: object) -> None:
+    async def __aexit__(self, exc_type: object, *exc: object) -> None:
         await self.stop()
+        if self.shutdown_errors and exc_type is None:
+            raise ShutdownError(self.shutdown_errors)
 
     # --- clients ------------------------------------------------------------------------------
 
@@ -280,10 +311,25 @@ class NSQD:
         )
 
     def write_backend(self, backend: DiskQueue, records: list[bytes]) -> bool:
-        """Append records; True if the publisher must wait for the next fsync round."""
-        backend.put_many(records)
-        assert self.syncer is not None
-        return self.syncer.written(backend)
+        """Append records; True if the publisher must wait for the next fsync round.
+
+        Raises :class:`DiskQueueWriteError` (Go's text, ``written`` = records stored) and
+        turns the daemon unhealthy until a write succeeds again, as Go's SetHealth does.
+        """
+        syncer = self.syncer
+        assert syncer is not None
+        try:
+            backend.put_many(records)
+        except DiskQueueWriteError as e:
+            if e.written:
+                syncer.written(backend)
+            self.set_health(str(e))
+            raise
+        except DiskQueueError as e:
+            raise DiskQueueWriteError(str(e), 0) from e
+        if self._health_error is not None:
+            self.set_health(None)
+        return syncer.written(backend)
 
     def note_backend_read(self, backend: DiskQueue) -> None:
         """Reads move the queue's read position: let the next sync persist it."""
@@ -390,8 +436,15 @@ class NSQD:
                 await loop.run_in_executor(
                     None, write_file_atomic, metadata_path(self.data_path), data
                 )
+                if self._health_error is not None:
+                    self.set_health(None)
             except OSError as e:
+                # a topic or channel missing from nsqd.dat would not be recreated after a
+                # restart (its queue files orphaned): keep trying until it is written
                 log.error("failed to persist metadata - %s", e)
+                self.set_health(f"failed to persist metadata - {e}")
+                self._metadata_pending = True
+                await asyncio.sleep(METADATA_RETRY)
 
     # --- periodic scan ------------------------------------------------------------------------
 
@@ -408,8 +461,19 @@ class NSQD:
 
     # --- info ---------------------------------------------------------------------------------
 
+    def set_health(self, error: str | None) -> None:
+        """Go's SetHealth: a disk error makes /ping answer 500 ``NOK - <error>`` until a
+        write succeeds again."""
+        if error is None and self._health_error is not None:
+            log.info("NSQ: healthy again (disk writes succeed)")
+        self._health_error = error
+
+    def _sync_result(self, error: BaseException | None) -> None:
+        self.set_health(None if error is None else str(error))
+
     def is_healthy(self) -> bool:
-        return True
+        return self._health_error is None
 
     def health(self) -> str:
-        return "OK"
+        err = self._health_error
+        return "OK" if err is None else "NOK - " + err

@@ -34,6 +34,7 @@ from ..protocol.frames import (
     encode_response,
 )
 from ..protocol.names import is_valid_channel_name, is_valid_topic_name
+from .diskqueue import DiskQueueError
 from .topic import TopicExitingError
 
 if TYPE_CHECKING:
@@ -87,6 +88,8 @@ class ClientV2(asyncio.Protocol):
         #: responses held until a group-commit fsync covers this client's publishes
         self._held = False
         self._close_on_release = False
+        #: (error code, command) of the publish that asked for the fsync being waited for
+        self._held_for: tuple[str, str] = ("E_PUB_FAILED", "PUB")
         self._hb_timer: asyncio.TimerHandle | None = None
         self._last_read = 0.0
         self._last_hb = 0.0
@@ -263,11 +266,12 @@ class ClientV2(asyncio.Protocol):
         if self.transport is not None:
             self.transport.abort()
 
-    def _hold_for_sync(self) -> None:
+    def _hold_for_sync(self, code: str, cmd: str) -> None:
         """Hold this client's responses (and stop reading) until its writes are fsynced."""
         if self._held:
             return
         self._held = True
+        self._held_for = (code, cmd)
         if self.transport is not None:
             self.transport.pause_reading()
         self.nsqd.wait_durable(self._sync_done)
@@ -275,10 +279,15 @@ class ClientV2(asyncio.Protocol):
     def _sync_done(self, err: BaseException | None) -> None:
         self._held = False
         if err is not None:
-            # never acknowledge what is not on disk: drop the connection, OKs unsent
-            log.error("[%s] disk sync failed - %s", self.remote_address, err)
+            # never acknowledge what is not on disk: the OKs are replaced by the publish's
+            # error (fatal, as Go's E_PUB_FAILED), then the connection closes
+            code, cmd = self._held_for
+            text = f"{code} {cmd} failed {err}"
+            log.error("[%s] - %s", self.remote_address, text)
             self._out.clear()
-            self.abort()
+            self._out_len = 0
+            self._append(encode_error(text.encode()))
+            self.close_after_flush()
             return
         if self._close_on_release:
             self.close_after_flush()
@@ -733,13 +742,13 @@ class ClientV2(asyncio.Protocol):
             if nsqd.exiting:
                 raise TopicExitingError()
             must_sync = nsqd.get_topic(topic_name).put_bodies(bodies, defer)
-        except (TopicExitingError, OSError) as e:
+        except (TopicExitingError, DiskQueueError, OSError) as e:
             raise _fatal(code, f"{cmd} failed {e}") from None
         pc = self.pub_counts
         pc[topic_name] = pc.get(topic_name, 0) + len(bodies)
         self._append(OK_FRAME)
         if must_sync:
-            self._hold_for_sync()
+            self._hold_for_sync(code, cmd)
 
     def _pub(self, params: list[bytes], body: bytes | None) -> None:
         assert body is not None

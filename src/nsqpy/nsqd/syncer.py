@@ -6,7 +6,9 @@ write crossed the queue's --sync-every so the publisher must wait for the fsync 
 thread: it snapshots every dirty queue (cheap, on the loop), fsyncs them and their
 metadata (blocking, in the thread), then releases every waiter registered before the
 snapshot — so one fsync answers every publish that arrived before it. Dirty queues are also
-synced every --sync-timeout.
+synced every --sync-timeout. A failed round hands its error to the waiters and to
+``on_result`` (the daemon's health), and its queues stay dirty, to be retried by the next
+round (at the latest after --sync-timeout).
 """
 
 from __future__ import annotations
@@ -46,8 +48,14 @@ def _run_jobs(jobs: list[SyncJob]) -> None:
 
 
 class Syncer:
-    def __init__(self, loop: asyncio.AbstractEventLoop, sync_timeout: float) -> None:
+    def __init__(
+        self,
+        loop: asyncio.AbstractEventLoop,
+        sync_timeout: float,
+        on_result: Callable[[BaseException | None], None] | None = None,
+    ) -> None:
         self._loop = loop
+        self._on_result = on_result
         self._sync_timeout = sync_timeout
         self._dirty: dict[int, Syncable] = {}
         self._waiters: list[Waiter] = []
@@ -86,8 +94,9 @@ class Syncer:
     async def _rounds(self) -> None:
         while self._urgent or self._waiters:
             self._urgent = False
-            jobs = [q.prepare_sync() for q in self._dirty.values()]
-            self._dirty.clear()
+            queues = self._dirty
+            self._dirty = {}
+            jobs = [q.prepare_sync() for q in queues.values()]
             waiters, self._waiters = self._waiters, []
             err: BaseException | None = None
             if jobs:
@@ -96,6 +105,10 @@ class Syncer:
                 except Exception as e:  # noqa: BLE001
                     log.error("DISKQUEUE: fsync failed - %s", e)
                     err = e
+                    for key, q in queues.items():
+                        self._dirty.setdefault(key, q)
+                if self._on_result is not None:
+                    self._on_result(err)
             self.rounds += 1
             for w in waiters:
                 try:

@@ -3,6 +3,10 @@
 While a topic has no channels, or is paused, messages wait in its own memory queue (at most
 --mem-queue-size) and beyond that in its DiskQueue; they flow to the channels when the first
 channel appears or on unpause, the backlog from disk in chunks so the loop stays responsive.
+
+A disk write that fails loses nothing: a publish is refused (the publisher is told), and a
+chunk of the backlog stays in the topic's DiskQueue until every channel has taken it (it is
+retried every DRAIN_RETRY seconds, each channel skipping what it already took).
 """
 
 from __future__ import annotations
@@ -13,6 +17,7 @@ from typing import TYPE_CHECKING
 
 from ..protocol.names import is_ephemeral
 from .channel import Channel, decode_records, encode_messages
+from .diskqueue import DiskQueueError, DiskQueueWriteError
 from .message import Message
 
 if TYPE_CHECKING:
@@ -23,6 +28,9 @@ log = logging.getLogger("nsqd")
 
 #: Messages moved from a topic's DiskQueue to its channels per event-loop turn.
 DRAIN_CHUNK = 5000
+
+#: Seconds before moving the backlog to the channels again after a disk write failed.
+DRAIN_RETRY = 1.0
 
 
 class TopicExitingError(Exception):
@@ -43,6 +51,8 @@ class Topic:
         "message_bytes",
         "backend",
         "_draining",
+        "_drain_at",
+        "_drain_done",
     )
 
     def __init__(self, name: str, nsqd: NSQD) -> None:
@@ -57,6 +67,10 @@ class Topic:
         self.message_bytes = 0
         self.backend: DiskQueue | None = None if self.ephemeral else nsqd.make_backend(name)
         self._draining = False
+        #: a backlog chunk whose move failed: its position, and how many of its messages
+        #: each channel (by name) already took
+        self._drain_at: tuple[int, int] | None = None
+        self._drain_done: dict[str, int] = {}
 
     # --- publishing -------------------------------------------------------------------------
 
@@ -65,7 +79,8 @@ class Topic:
 
         Returns True when the messages went to a DiskQueue whose --sync-every was reached:
         the publisher must then wait for the fsync before acknowledging. Raises
-        :class:`TopicExitingError`, or an OSError if the disk write failed.
+        :class:`TopicExitingError`, or :class:`DiskQueueWriteError` (Go's text) if a disk
+        write failed: the publish is refused, though a channel may already hold a copy.
         """
         if self.exiting:
             raise TopicExitingError()
@@ -79,11 +94,13 @@ class Topic:
         if defer:
             for m in msgs:
                 m.defer = defer
-        self.message_count += n
         self.message_bytes += sum(map(len, bodies))
         if self.paused or not self.channels:
-            return self._hold(msgs)
-        return self._distribute(msgs)
+            must_sync = self._hold(msgs)
+        else:
+            must_sync = self._distribute(msgs)
+        self.message_count += n
+        return must_sync
 
     def _hold(self, msgs: list[Message]) -> bool:
         free = self.nsqd.options.mem_queue_size - len(self.queue)
@@ -91,21 +108,40 @@ class Topic:
             self.queue.extend(msgs)
             return False
         keep = max(free, 0)
-        if keep:
-            self.queue.extend(msgs[:keep])
         if self.backend is None:  # ephemeral: NSQ drops the overflow
+            self.queue.extend(msgs[:keep])
             return False
-        return self.nsqd.write_backend(self.backend, encode_messages(msgs[keep:]))
+        try:
+            must_sync = self.nsqd.write_backend(self.backend, encode_messages(msgs[keep:]))
+        finally:
+            if keep:  # kept even when the overflow failed: the publisher is told anyway
+                self.queue.extend(msgs[:keep])
+        return must_sync
 
-    def _distribute(self, msgs: list[Message]) -> bool:
+    def _distribute(self, msgs: list[Message], done: dict[str, int] | None = None) -> bool:
+        """Give every channel its copy; the first write failure is raised.
+
+        ``done`` (a failed backlog move being retried) says how many leading messages each
+        channel already took: it skips those, and on failure the dict is updated.
+        """
         must_sync = False
         first = True
         for ch in list(self.channels.values()):
-            if first:
-                must_sync |= ch.put_messages(msgs)
-                first = False
-            else:
-                must_sync |= ch.put_messages([m.copy() for m in msgs])
+            skip = done.get(ch.name, 0) if done is not None else 0
+            part = msgs[skip:] if skip else msgs
+            if not part:
+                continue
+            if not first:
+                part = [m.copy() for m in part]
+            first = False
+            try:
+                must_sync |= ch.put_messages(part)
+            except DiskQueueWriteError as e:
+                if done is not None:
+                    done[ch.name] = skip + e.written
+                raise
+            if done is not None:
+                done[ch.name] = len(msgs)
         return must_sync
 
     def flow(self) -> None:
@@ -115,18 +151,59 @@ class Topic:
         if self.queue:
             msgs = list(self.queue)
             self.queue.clear()
-            self._distribute(msgs)
+            self._flow_held(msgs)
         if self.backend is not None and self.backend.depth and not self._draining:
             self._draining = True
             self.nsqd.loop.call_soon(self._drain_backend)
 
+    def _flow_held(self, msgs: list[Message]) -> None:
+        """The messages held in memory to every channel; what a channel's full disk refuses
+        stays in its memory (it was only in memory before)."""
+        first = True
+        for ch in list(self.channels.values()):
+            part = msgs if first else [m.copy() for m in msgs]
+            first = False
+            try:
+                ch.put_messages(part)
+            except DiskQueueWriteError as e:
+                log.error(
+                    "TOPIC(%s): CHANNEL(%s) kept %d message(s) in memory - %s",
+                    self.name, ch.name, len(part) - e.written, e,
+                )
+                ch.put_in_memory(part[e.written :])
+
     def _drain_backend(self) -> None:
+        """Move one chunk of the topic's disk backlog to its channels, then schedule the
+        next; the chunk leaves the topic's DiskQueue only once every channel has it."""
         self._draining = False
         b = self.backend
         if b is None or self.exiting or self.paused or not self.channels or not b.depth:
             return
-        records = b.read(DRAIN_CHUNK)
+        try:
+            b.read_into(DRAIN_CHUNK, self._move_chunk)
+        except DiskQueueError as e:
+            log.error(
+                "TOPIC(%s): failed to move messages to its channels - %s (retrying in %gs)",
+                self.name, e, DRAIN_RETRY,
+            )
+            self._draining = True
+            self.nsqd.loop.call_later(DRAIN_RETRY, self._drain_backend)
+            return
+        self._drain_at = None
+        self._drain_done = {}
         self.nsqd.note_backend_read(b)
+        if b.depth:
+            self._draining = True
+            self.nsqd.loop.call_soon(self._drain_backend)
+
+    def _move_chunk(self, records: list[bytes]) -> None:
+        b = self.backend
+        assert b is not None
+        at = (b.read_file_num, b.read_pos)
+        if self._drain_at != at:
+            self._drain_at = at
+            self._drain_done = {}
+        done = self._drain_done
         chans = list(self.channels.values())
         only = chans[0] if len(chans) == 1 else None
         if (
@@ -134,12 +211,19 @@ class Topic:
             and only.backend is not None
             and len(only.queue) >= self.nsqd.options.mem_queue_size
         ):
-            only.put_records(records)  # no need to decode what goes back to disk as is
+            # no need to decode what goes back to disk as is
+            skip = done.get(only.name, 0)
+            try:
+                only.put_records(records[skip:] if skip else records)
+            except DiskQueueWriteError as e:
+                done[only.name] = skip + e.written
+                raise
+            done[only.name] = len(records)
         else:
-            self._distribute(decode_records(records, f"TOPIC({self.name})"))
-        if b.depth:
-            self._draining = True
-            self.nsqd.loop.call_soon(self._drain_backend)
+            msgs = decode_records(records, f"TOPIC({self.name})")
+            if len(msgs) != len(records):
+                done.clear()  # cannot happen (the DiskQueue checks sizes); stay safe
+            self._distribute(msgs, done)
 
     # --- channels ---------------------------------------------------------------------------
 
@@ -203,11 +287,23 @@ class Topic:
             self.backend.delete()
             self.backend = None
 
-    def flush(self) -> None:
-        """Clean shutdown: held messages to the backend, then every channel's."""
+    def flush(self) -> list[str]:
+        """Clean shutdown: held messages to the backend, then every channel's. Returns what
+        could not be written (each error logged)."""
+        errors = []
         if self.backend is not None and self.queue:
-            self.backend.put_many(encode_messages(list(self.queue)))
-            log.info("TOPIC(%s): flushed %d message(s) to disk", self.name, len(self.queue))
+            n = len(self.queue)
+            try:
+                self.backend.put_many(encode_messages(list(self.queue)))
+                log.info("TOPIC(%s): flushed %d message(s) to disk", self.name, n)
+            except DiskQueueError as e:
+                lost = n - getattr(e, "written", 0)
+                errors.append(
+                    f"TOPIC({self.name}): failed to flush {lost} of {n} message(s) to disk, "
+                    f"they are lost - {e}"
+                )
+                log.error("%s", errors[-1])
         self.queue.clear()
         for ch in self.channels.values():
-            ch.flush()
+            errors += ch.flush()
+        return errors

@@ -1,0 +1,85 @@
+"""File-system helpers of the data directory: Go-worded I/O errors, atomic writes, fsync.
+
+NSQ reports disk failures with Go's ``*os.PathError`` text (``write <file>: no space left
+on device``), which clients see in ``E_PUB_FAILED`` and operators in ``/ping``;
+:class:`PathError` prints an OSError the same way.
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+import random
+
+
+def go_strerror(err: int | None, fallback: str = "") -> str:
+    """Go's text of an errno (the C library's, lower-cased first letter, as Go's table is)."""
+    if err is None:
+        return fallback or "unknown error"
+    text = os.strerror(err)
+    return text[:1].lower() + text[1:]
+
+
+class PathError(OSError):
+    """An OSError that prints as Go's ``*os.PathError``: ``<op> <path>: <reason>``."""
+
+    def __init__(self, op: str, path: str, cause: OSError) -> None:
+        super().__init__(cause.errno, cause.strerror, path)
+        self.op = op
+
+    def __str__(self) -> str:
+        return f"{self.op} {self.filename}: {go_strerror(self.errno, str(self.strerror))}"
+
+
+def path_error(op: str, path: str, cause: OSError) -> PathError:
+    """``cause`` as a PathError (kept as is if it already is one)."""
+    return cause if isinstance(cause, PathError) else PathError(op, path, cause)
+
+
+def fsync_dir(path: str) -> None:
+    """fsync a directory (new or renamed entries durable); a file system that cannot fsync a
+    directory is not an error."""
+    path = path or "."
+    try:
+        fd = os.open(path, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0))
+    except OSError as e:
+        raise path_error("open", path, e) from None
+    try:
+        os.fsync(fd)
+    except OSError as e:
+        if e.errno not in (errno.EINVAL, errno.ENOTSUP):
+            raise path_error("sync", path, e) from None
+    finally:
+        os.close(fd)
+
+
+def write_file_atomic(path: str, data: bytes, tmp_suffix: str | None = None) -> None:
+    """Write ``data`` to a temp file, fsync it, rename it over ``path``, fsync the directory.
+
+    Raises :class:`PathError`; a failed write leaves ``path`` as it was and no temp file.
+    """
+    tmp = f"{path}.{tmp_suffix if tmp_suffix is not None else random.getrandbits(63)}.tmp"
+    try:
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    except OSError as e:
+        raise path_error("open", tmp, e) from None
+    op = "write"
+    try:
+        try:
+            view = memoryview(data)
+            while view:
+                n = os.write(fd, view)
+                view = view[n:]
+            op = "sync"
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+        op = "rename"
+        os.replace(tmp, path)
+    except OSError as e:
+        try:
+            os.remove(tmp)
+        except OSError:
+            pass
+        raise path_error(op, tmp, e) from None
+    fsync_dir(os.path.dirname(path))
