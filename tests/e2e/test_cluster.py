@@ -227,7 +227,8 @@ def test_lookup_lists_exactly_the_nsqd_that_have_the_topic(cluster: Cluster) -> 
     for lk in cluster.lookupds:
         poll(lambda lk=lk: lookup(lk, "orders") == want, f"{lk.http_address} /lookup?topic=orders")
         assert get_json(lk, "/channels?topic=orders") == {"channels": ["archive"]}
-        assert {"orders", "other"} <= set(get_json(lk, "/topics")["topics"])
+        poll(lambda lk=lk: {"orders", "other"} <= set(get_json(lk, "/topics")["topics"]),
+             f"{lk.http_address} /topics")  # n2 registers independently of n0 and n1
         doc = get_json(lk, "/lookup?topic=orders")
         for p in doc["producers"]:
             assert set(p) == {"remote_address", "hostname", "broadcast_address", "tcp_port",
