@@ -3,9 +3,13 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
+import os
+import subprocess
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterator
+from pathlib import Path
 from typing import Any
 
 from nsqpy.protocol import commands
@@ -176,3 +180,46 @@ def read_bodies(
             else:
                 raise AssertionError(f"more than {n} messages in {topic}/{channel}: {extra.body!r}")
     return bodies
+
+
+# --- a disk that fails for real -------------------------------------------------------------------
+
+
+@contextlib.contextmanager
+def mounted_tmpfs(path: Path, size: str, read_only: bool = False) -> Iterator[Path]:
+    """A tmpfs of ``size`` (``mount`` syntax: ``16m``) mounted at ``path`` for the block, so
+    a test can fill it (ENOSPC) or make it read-only (EROFS) for real. Skips the test, with
+    the reason, where mounting is not allowed (not root, no CAP_SYS_ADMIN)."""
+    import pytest
+
+    if os.geteuid() != 0:
+        pytest.skip("making the disk fail for real needs root (mount -t tmpfs)")
+    path.mkdir(parents=True, exist_ok=True)
+    opts = f"size={size},mode=0755" + (",ro" if read_only else "")
+    r = subprocess.run(
+        ["mount", "-t", "tmpfs", "-o", opts, "tmpfs", str(path)], capture_output=True, text=True
+    )
+    if r.returncode != 0:
+        pytest.skip(f"cannot mount a tmpfs here: {r.stderr.strip() or r.returncode}")
+    try:
+        yield path
+    finally:
+        subprocess.run(["umount", "-l", str(path)], capture_output=True)
+
+
+def fill_disk(directory: Path, leave: int = 0) -> Path:
+    """Fill the file system of ``directory`` with a file until at most ``leave`` bytes are
+    free (or writes fail); delete the returned file to give the space back."""
+    filler = directory / "filler.bin"
+    chunk = b"\0" * (1 << 16)
+    with open(filler, "wb", buffering=0) as f:
+        while True:
+            st = os.statvfs(directory)
+            free = st.f_bavail * st.f_frsize
+            if free <= leave:
+                break
+            try:
+                f.write(chunk[: max(min(len(chunk), free - leave), 1)])
+            except OSError:
+                break
+    return filler
