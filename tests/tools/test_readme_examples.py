@@ -30,7 +30,7 @@ def examples() -> dict[str, str]:
 
 def test_readme_has_the_examples():
     ex = examples()
-    assert set(ex) >= {"producer", "consumer", "sync", "tools"}
+    assert set(ex) >= {"producer", "consumer", "sync", "tools", "inprocess"}
     # short, and aimed at the node of `bash scripts/run.sh`
     for name in ("producer", "consumer", "sync"):
         assert len([ln for ln in ex[name].splitlines() if ln.strip()]) <= 8, name
@@ -60,13 +60,16 @@ def test_readme_examples_run(cluster, tmp_path):
                 .replace("127.0.0.1:4161", lookupd.http_address)
                 .replace(".venv/bin/", f"{BIN_DIR}/"))
 
-    def run_python(name: str) -> None:
+    def run_python(name: str) -> str:
         res = subprocess.run([sys.executable, "-c", localize(ex[name])], capture_output=True, text=True,
-                             timeout=30)
+                             timeout=30, cwd=tmp_path)
         assert res.returncode == 0, f"{name}:\n{res.stdout}\n{res.stderr}"
+        return res.stdout
 
-    run_python("producer")
-    assert message_count(nsqd, "test") == 1
+    # as the README orders them, on a node whose topic already has another channel (the
+    # quickstart's): the consumer subscribes first, then the producer publishes
+    assert nsqd.http_post("/topic/create?topic=test")[0] == 200
+    assert nsqd.http_post("/channel/create?topic=test&channel=quickstart")[0] == 200
 
     def registered() -> bool:
         status, body = lookupd.http_get("/lookup?topic=test")
@@ -77,6 +80,9 @@ def test_readme_examples_run(cluster, tmp_path):
     env = dict(os.environ, PYTHONUNBUFFERED="1")
     with ToolProcess("consumer", [], tmp_path, argv=[sys.executable, "-c", localize(ex["consumer"])],
                      env=env) as consumer:
+        wait_until(lambda: "readme" in channels(nsqd, "test"), what="the consumer's channel")
+        run_python("producer")
+        assert message_count(nsqd, "test") == 1
         wait_until(lambda: consumer.stdout() == b"hello\n", what="the consumer to print hello")
         run_python("sync")
         wait_until(lambda: consumer.stdout() == b"hello\nhello from blocking code\n",
@@ -94,3 +100,35 @@ def test_readme_examples_run(cluster, tmp_path):
         assert res.returncode == 0, res.stderr
         assert tail.wait(30) == 0, tail.describe()
         assert tail.stdout() == b"one\ntwo\nthree\n"
+
+
+def test_readme_inprocess_example_runs(tmp_path):
+    res = subprocess.run([sys.executable, "-c", examples()["inprocess"]], capture_output=True,
+                         text=True, timeout=30, cwd=tmp_path)
+    assert res.returncode == 0, res.stderr
+    tcp, http = res.stdout.split()
+    assert int(tcp) > 0 and int(http) > 0
+    assert os.listdir(tmp_path) == []  # nothing left behind
+
+
+def test_readme_quickstart_runs(cluster, tmp_path):
+    """The Quickstart's curl publishes, then its pynsq consumer, as written (on a fresh node:
+    its channel is the topic's first, so it receives what was published before it)."""
+    _, nsqd = cluster
+    ex = examples()
+
+    def localize(code: str) -> str:
+        return (code.replace("127.0.0.1:4151", nsqd.http_address)
+                .replace("127.0.0.1:4150", nsqd.tcp_address)
+                .replace(".venv/bin/", f"{BIN_DIR}/"))
+
+    res = subprocess.run(["bash", "-c", localize(ex["quickstart-publish"])], capture_output=True,
+                         text=True, timeout=30)
+    assert res.returncode == 0, res.stderr
+    assert res.stdout.startswith("OKOKOK{"), res.stdout
+    assert json.loads(res.stdout[len("OKOKOK"):])["topics"][0]["depth"] == 5
+    with ToolProcess("pynsq", [], tmp_path, argv=["bash", "-c", localize(ex["quickstart-consume"])],
+                     env=dict(os.environ, PYTHONUNBUFFERED="1")) as consumer:
+        want = b"hello world 1\nhello world 2\none\ntwo\nthree\n"
+        wait_until(lambda: consumer.stdout() == want, what="the pynsq consumer's five lines")
+        wait_until(lambda: channels(nsqd, "test")["quickstart"]["depth"] == 0, what="FINs")
