@@ -3,7 +3,7 @@
 State lives on the event-loop thread only. Ready messages wait in ``queue`` (at most
 --mem-queue-size published ones) and beyond that in the channel's DiskQueue (``backend``);
 in-flight ones are indexed by id in ``in_flight`` with a per-client deadline deque (see
-:class:`~nsqpy.nsqd.protocol_v2.ClientV2`); deferred ones sit in a heap until due. Delivery
+:class:`~nsqpy.nsqd.client_v2.ClientV2`); deferred ones sit in a heap until due. Delivery
 is a coalesced "pump" scheduled once per event-loop turn, which refills the memory queue
 from the backend as clients have room.
 """
@@ -29,7 +29,7 @@ from .fileio import write_file_atomic
 if TYPE_CHECKING:
     from .diskqueue import DiskQueue
     from .nsqd import NSQD
-    from .protocol_v2 import ClientV2
+    from .client_v2 import ClientV2
     from .topic import Topic
 
 log = logging.getLogger("nsqd")

@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from .protocol_v2 import ClientV2
+    from .client_v2 import ClientV2
 
 
 class Message:

@@ -28,7 +28,8 @@ from .lookup import LookupPeers, register, unregister
 from .fileio import write_file_atomic
 from .metadata import DataPathLock, encode_metadata, metadata_path, read_metadata
 from .options import Options
-from .protocol_v2 import ClientV2
+from .client_v2 import ClientV2
+from .protocol_v2 import ProtocolV2
 from .syncer import Syncer, Waiter
 from .topic import Topic
 
@@ -121,7 +122,7 @@ class NSQD:
         opts = self.options
         self._tcp_sock = _listen_socket(opts.tcp_address)
         self._tcp_server = await self._loop.create_server(
-            lambda: ClientV2(self), sock=self._tcp_sock
+            lambda: ProtocolV2(self), sock=self._tcp_sock
         )
         self.tcp_address = self._bound(self._tcp_sock)
         log.info("TCP: listening on %s", self._fmt(self.tcp_address))

@@ -27,7 +27,7 @@ from ..httpapi import go_json  # noqa: F401  (re-exported: stats.go_json)
 if TYPE_CHECKING:
     from .channel import Channel
     from .nsqd import NSQD
-    from .protocol_v2 import ClientV2
+    from .client_v2 import ClientV2
     from .topic import Topic
 
 #: ``ClientV2Stats`` JSON keys in Go's struct order (NSQ 1.3.0).

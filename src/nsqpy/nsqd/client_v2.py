@@ -1,0 +1,480 @@
+"""The state of one TCP client connection of nsqd (Go's ``client_v2.go``).
+
+:class:`ClientV2` is the ``asyncio.Protocol`` side of a connection: its IDENTIFY-able
+settings, the output buffer written once per batch (honouring the client's
+output_buffer_size/timeout for message frames, as nsqd does), heartbeats, RDY flow control
+and in-flight tracking, the fsync hold of durable publishes, and its stats. The commands
+that act on it are in :mod:`~nsqpy.nsqd.protocol_v2` (:class:`ProtocolV2` subclasses it, so
+the hot paths stay plain attribute accesses).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import random
+import struct
+import time
+from collections import deque
+from heapq import heappop, heappush
+from typing import TYPE_CHECKING, Any
+
+from ..protocol.errors import ProtocolError
+from ..protocol.frames import (
+    FRAME_TYPE_MESSAGE,
+    HEARTBEAT_FRAME,
+    MESSAGE_HEADER_SIZE,
+    encode_error,
+)
+
+if TYPE_CHECKING:
+    from .channel import Channel
+    from .message import Message
+    from .nsqd import NSQD
+
+log = logging.getLogger("nsqd")
+
+STATE_INIT = 0
+STATE_DISCONNECTED = 1
+STATE_CONNECTED = 2
+STATE_SUBSCRIBED = 3
+STATE_CLOSING = 4
+
+DEFAULT_BUFFER_SIZE = 16 * 1024
+
+_MSG_HEAD = struct.Struct(">IiqH").pack
+_INFINITE = float("inf")
+
+
+def parse_base10(b: bytes) -> int | None:
+    """NSQ's ByteToBase10: ASCII digits only (the empty string is 0), else None."""
+    if b and not b.isdigit():
+        return None
+    return int(b) if b else 0
+
+
+def fatal(code: str, desc: str) -> ProtocolError:
+    """A fatal protocol error: sent as an error frame, then the connection closes."""
+    return ProtocolError(code, desc, fatal=True)
+
+
+class ClientV2(asyncio.Protocol):
+    """One TCP client of nsqd: a producer, a consumer, or both."""
+
+    def __init__(self, nsqd: NSQD) -> None:
+        self.nsqd = nsqd
+        opts = nsqd.options
+        self.id = nsqd.next_client_id()
+        self.transport: asyncio.Transport | None = None
+        self.remote_address = ""
+        self.state = STATE_INIT
+        self.closed = False
+        self._out: list[bytes] = []
+        self._out_len = 0
+        self._flush_now = False
+        self._flush_timer: asyncio.TimerHandle | None = None
+        self._write_paused_at = 0.0
+        #: responses held until a group-commit fsync covers this client's publishes
+        self._held = False
+        self._close_on_release = False
+        #: (error code, command) of the publish that asked for the fsync being waited for
+        self._held_for: tuple[str, str] = ("E_PUB_FAILED", "PUB")
+        self._hb_timer: asyncio.TimerHandle | None = None
+        self._last_read = 0.0
+        self._last_hb = 0.0
+        # IDENTIFY-able settings
+        self.client_id = ""
+        self.hostname = ""
+        self.user_agent = ""
+        self.heartbeat_interval = opts.client_timeout / 2
+        self.output_buffer_size = DEFAULT_BUFFER_SIZE
+        self.output_buffer_timeout = opts.output_buffer_timeout
+        self.msg_timeout = opts.msg_timeout
+        self.sample_rate = 0
+        self.identified = False
+        # subscription and flow control
+        self.channel: Channel | None = None
+        self.ready_count = 0
+        self.in_flight_count = 0
+        self.message_count = 0
+        self.finish_count = 0
+        self.requeue_count = 0
+        self.pub_counts: dict[str, int] = {}
+        self.connect_ts = int(time.time())
+        self._inflight_q: deque[tuple[float, Message]] = deque()
+        self._inflight_heap: list[tuple[float, int, Message]] = []
+
+    def __repr__(self) -> str:
+        return f"<ClientV2 {self.id} {self.remote_address}>"
+
+    # --- asyncio.Protocol -------------------------------------------------------------------
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.transport = transport  # type: ignore[assignment]  # uvloop's is not a subclass
+        peer = transport.get_extra_info("peername")
+        if isinstance(peer, tuple):
+            host = peer[0]
+            self.remote_address = f"[{host}]:{peer[1]}" if ":" in host else f"{host}:{peer[1]}"
+            self.client_id = self.hostname = host
+        else:
+            self.remote_address = str(peer or "unix")
+        now = self.nsqd.loop.time()
+        self._last_read = self._last_hb = now
+        self.nsqd.add_client(self)
+        self._schedule_heartbeat()
+
+    def eof_received(self) -> bool | None:
+        return None
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self.closed = True
+        self.transport = None
+        if self._hb_timer is not None:
+            self._hb_timer.cancel()
+            self._hb_timer = None
+        if self._flush_timer is not None:
+            self._flush_timer.cancel()
+            self._flush_timer = None
+        self._out.clear()
+        ch = self.channel
+        if ch is not None:
+            ch.remove_client(self)
+        self.nsqd.remove_client(self)
+        log.info("PROTOCOL(V2): [%s] exiting ioloop", self.remote_address)
+
+    def pause_writing(self) -> None:
+        self._write_paused_at = self.nsqd.loop.time()
+        if self.transport is not None:
+            self.transport.pause_reading()
+
+    def resume_writing(self) -> None:
+        self._write_paused_at = 0.0
+        if self.transport is not None and not self.closed and not self._held:
+            self.transport.resume_reading()
+        if self.channel is not None:
+            self.channel.schedule_pump()
+
+    # --- output -------------------------------------------------------------------------------
+
+    def _append(self, frame: bytes) -> None:
+        self._out.append(frame)
+        self._out_len += len(frame)
+        self._flush_now = True
+
+    def flush(self) -> None:
+        """Write everything buffered now (unless held for an fsync)."""
+        if self._held:
+            return
+        if self._flush_timer is not None:
+            self._flush_timer.cancel()
+            self._flush_timer = None
+        if self._out and self.transport is not None:
+            out = self._out
+            self.transport.write(out[0] if len(out) == 1 else b"".join(out))
+            out.clear()
+        self._out_len = 0
+        self._flush_now = False
+
+    def _timed_flush(self) -> None:
+        self._flush_timer = None
+        self.flush()
+
+    def close_after_flush(self) -> None:
+        """Send what is buffered, then close (after a fatal error)."""
+        if self._held:
+            self._close_on_release = True
+            return
+        self.flush()
+        self.closed = True
+        if self.transport is not None:
+            self.transport.close()
+
+    def close(self) -> None:
+        """Close the connection (channel/topic deleted, daemon exiting)."""
+        self.close_after_flush()
+
+    def abort(self) -> None:
+        self.closed = True
+        if self.transport is not None:
+            self.transport.abort()
+
+    def _hold_for_sync(self, code: str, cmd: str) -> None:
+        """Hold this client's responses (and stop reading) until its writes are fsynced."""
+        if self._held:
+            return
+        self._held = True
+        self._held_for = (code, cmd)
+        if self.transport is not None:
+            self.transport.pause_reading()
+        self.nsqd.wait_durable(self._sync_done)
+
+    def _sync_done(self, err: BaseException | None) -> None:
+        self._held = False
+        if err is not None:
+            # never acknowledge what is not on disk: the OKs are replaced by the publish's
+            # error (fatal, as Go's E_PUB_FAILED), then the connection closes
+            code, cmd = self._held_for
+            text = f"{code} {cmd} failed {err}"
+            log.error("[%s] - %s", self.remote_address, text)
+            self._out.clear()
+            self._out_len = 0
+            self._append(encode_error(text.encode()))
+            self.close_after_flush()
+            return
+        if self._close_on_release:
+            self.close_after_flush()
+            return
+        self.flush()
+        if self.transport is not None and not self.closed and not self._write_paused_at:
+            self.transport.resume_reading()
+
+    # --- heartbeats ---------------------------------------------------------------------------
+
+    def _schedule_heartbeat(self) -> None:
+        if self._hb_timer is not None:
+            self._hb_timer.cancel()
+            self._hb_timer = None
+        interval = self.heartbeat_interval
+        if interval > 0 and not self.closed:
+            # tick at half the interval so the 2x read deadline is enforced closely
+            self._hb_timer = self.nsqd.loop.call_later(interval / 2, self._heartbeat_tick)
+
+    def _heartbeat_tick(self) -> None:
+        self._hb_timer = None
+        if self.closed:
+            return
+        now = self.nsqd.loop.time()
+        interval = self.heartbeat_interval
+        if now - self._last_read >= 2 * interval:
+            log.error("[%s] failed to read command - i/o timeout", self.remote_address)
+            self.abort()
+            return
+        if self._write_paused_at and now - self._write_paused_at >= interval:
+            log.error("[%s] write timeout: client is not reading", self.remote_address)
+            self.abort()
+            return
+        if now - self._last_hb >= interval * 0.999:
+            self._last_hb = now
+            self._append(HEARTBEAT_FRAME)
+            self.flush()
+        self._schedule_heartbeat()
+
+    # --- flow control (called by Channel) -------------------------------------------------------
+
+    def can_receive(self) -> bool:
+        return (
+            self.in_flight_count < self.ready_count
+            and self.state == STATE_SUBSCRIBED
+            and not self._write_paused_at
+            and not self.closed
+        )
+
+    def send_messages(self, channel: Channel, n: int) -> None:
+        """Send up to ``n`` messages from the channel's queue, within RDY."""
+        cap = self.ready_count - self.in_flight_count
+        if n > cap:
+            n = cap
+        if n <= 0:
+            return
+        q = channel.queue
+        popleft = q.popleft
+        in_flight = channel.in_flight
+        now = self.nsqd.loop.time()
+        deadline = now + self.msg_timeout
+        entry_append = self._inflight_q.append
+        out = self._out
+        append = out.append
+        head = _MSG_HEAD
+        hsize = MESSAGE_HEADER_SIZE
+        mtype = FRAME_TYPE_MESSAGE
+        sample = self.sample_rate
+        sent = 0
+        nbytes = 0
+        while sent < n and q:
+            msg = popleft()
+            if sample and random.randrange(100) > sample:
+                continue
+            msg.attempts += 1
+            msg.client = self
+            msg.deadline = deadline
+            msg.delivery_ts = now
+            in_flight[msg.id] = msg
+            entry_append((deadline, msg))
+            body = msg.body
+            append(head(hsize + len(body), mtype, msg.timestamp, msg.attempts))
+            append(msg.id)
+            append(body)
+            nbytes += 34 + len(body)
+            sent += 1
+        self.in_flight_count += sent
+        self.message_count += sent
+        self._out_len += nbytes
+        if (
+            self.output_buffer_timeout <= 0
+            or self._out_len >= self.output_buffer_size
+            or self.in_flight_count >= self.ready_count
+        ):
+            self.flush()
+        elif self._flush_timer is None and self._out:
+            self._flush_timer = self.nsqd.loop.call_later(self.output_buffer_timeout, self._timed_flush)
+
+    def track_in_flight(self, msg: Message, deadline: float) -> None:
+        """(Re)set a message's in-flight deadline (TOUCH)."""
+        msg.deadline = deadline
+        q = self._inflight_q
+        if not q or q[-1][0] <= deadline:
+            q.append((deadline, msg))
+        else:
+            heappush(self._inflight_heap, (deadline, id(msg), msg))
+
+    def expired_in_flight(self, now: float) -> list[Message]:
+        """In-flight messages of this client whose deadline has passed.
+
+        Entries for finished/requeued/touched messages are deleted lazily: dropped here from
+        the front as they go stale, and the deque is compacted when stale entries dominate,
+        so its size stays proportional to what is really in flight.
+        """
+        out: list[Message] = []
+        ch = self.channel
+        if ch is None:
+            return out
+        in_flight = ch.in_flight
+        q = self._inflight_q
+        while q:
+            deadline, msg = q[0]
+            live = msg.client is self and msg.deadline == deadline
+            if live and deadline > now:
+                break
+            q.popleft()
+            if live and in_flight.get(msg.id) is msg:
+                out.append(msg)
+        if len(q) > 2 * self.in_flight_count + 1024:
+            self._inflight_q = deque(e for e in q if e[1].client is self and e[1].deadline == e[0])
+        h = self._inflight_heap
+        while h and h[0][0] <= now:
+            deadline, _, msg = heappop(h)
+            if msg.client is self and msg.deadline == deadline and in_flight.get(msg.id) is msg:
+                out.append(msg)
+        return out
+
+    def owned_in_flight(self) -> list[Message]:
+        """Every message currently in flight to this client."""
+        seen: dict[int, Message] = {}
+        for _, msg in self._inflight_q:
+            if msg.client is self:
+                seen[id(msg)] = msg
+        for _, _, msg in self._inflight_heap:
+            if msg.client is self:
+                seen[id(msg)] = msg
+        self._inflight_q.clear()
+        self._inflight_heap.clear()
+        return list(seen.values())
+
+    def timed_out_message(self) -> None:
+        self.in_flight_count -= 1
+
+    def emptied(self) -> None:
+        self.in_flight_count = 0
+        self._inflight_q.clear()
+        self._inflight_heap.clear()
+
+    def _apply_identify(self, data: dict[str, Any]) -> str | None:
+        """Validate and apply IDENTIFY fields; returns Go's error text on failure."""
+        ints = {}
+        for key in (
+            "heartbeat_interval",
+            "output_buffer_size",
+            "output_buffer_timeout",
+            "deflate_level",
+            "sample_rate",
+            "msg_timeout",
+        ):
+            v = data.get(key, 0)
+            if v is None:
+                v = 0
+            if isinstance(v, bool) or not isinstance(v, int):
+                return f"failed to decode JSON body ({key})"
+            ints[key] = v
+        for key in ("client_id", "hostname", "user_agent"):
+            v = data.get(key, "")
+            if v is not None and not isinstance(v, str):
+                return f"failed to decode JSON body ({key})"
+        opts = self.nsqd.options
+        hb = ints["heartbeat_interval"]
+        if hb == -1:
+            heartbeat = 0.0
+        elif hb == 0:
+            heartbeat = self.heartbeat_interval
+        elif 1000 <= hb <= opts.max_heartbeat_interval * 1000:
+            heartbeat = hb / 1000
+        else:
+            return f"heartbeat interval ({hb}) is invalid"
+        obt = ints["output_buffer_timeout"]
+        if obt == -1:
+            buf_timeout = 0.0
+        elif obt == 0:
+            buf_timeout = self.output_buffer_timeout
+        elif opts.min_output_buffer_timeout * 1000 <= obt <= opts.max_output_buffer_timeout * 1000:
+            buf_timeout = obt / 1000
+        else:
+            return f"output buffer timeout ({obt}) is invalid"
+        obs = ints["output_buffer_size"]
+        if obs == -1:
+            buf_size = 1
+            buf_timeout = 0.0
+        elif obs == 0:
+            buf_size = self.output_buffer_size
+        elif 64 <= obs <= opts.max_output_buffer_size:
+            buf_size = obs
+        else:
+            return f"output buffer size ({obs}) is invalid"
+        sr = ints["sample_rate"]
+        if sr < 0 or sr > 99:
+            return f"sample rate ({sr}) is invalid"
+        mt = ints["msg_timeout"]
+        if mt == 0:
+            msg_timeout = self.msg_timeout
+        elif 1000 <= mt <= opts.max_msg_timeout * 1000:
+            msg_timeout = mt / 1000
+        else:
+            return f"msg timeout ({mt}) is invalid"
+        self.client_id = data.get("client_id") or ""
+        self.hostname = data.get("hostname") or ""
+        self.user_agent = data.get("user_agent") or ""
+        self.heartbeat_interval = heartbeat
+        self.output_buffer_timeout = buf_timeout
+        self.output_buffer_size = buf_size
+        self.sample_rate = sr
+        self.msg_timeout = msg_timeout
+        self._schedule_heartbeat()
+        return None
+
+    # --- stats --------------------------------------------------------------------------------
+
+    def stats(self) -> dict[str, Any]:
+        """``ClientV2Stats`` with NSQ's JSON field names."""
+        out: dict[str, Any] = {
+            "client_id": self.client_id,
+            "hostname": self.hostname,
+            "version": "V2",
+            "remote_address": self.remote_address,
+            "state": self.state,
+            "ready_count": self.ready_count,
+            "in_flight_count": self.in_flight_count,
+            "message_count": self.message_count,
+            "finish_count": self.finish_count,
+            "requeue_count": self.requeue_count,
+            "connect_ts": self.connect_ts,
+            "sample_rate": self.sample_rate,
+            "deflate": False,
+            "snappy": False,
+            "user_agent": self.user_agent,
+            "tls": False,
+            "tls_cipher_suite": "",
+            "tls_version": "",
+            "tls_negotiated_protocol": "",
+            "tls_negotiated_protocol_is_mutual": False,
+        }
+        if self.pub_counts:
+            out["pub_counts"] = [{"topic": t, "count": c} for t, c in self.pub_counts.items()]
+        return out
