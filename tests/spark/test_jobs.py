@@ -193,6 +193,24 @@ def test_query_failure_is_one_line() -> None:
     assert jobs._short_error(RuntimeError("plain failure\nmore")) == "plain failure"
 
 
+def test_query_failure_names_the_java_cause() -> None:
+    # a JVM error under a foreachBatch: py4j puts the Java exception after ": "
+    text = (
+        "[STREAM_FAILED] Query [id = 98] terminated with exception: [FOREACH_BATCH_USER_FUNCTION_ERROR]"
+        " An error occurred in the user provided function in foreach batch sink. Reason: An exception"
+        " was raised by the Python Proxy. Return Message: Traceback (most recent call last):\n"
+        '  File "readwriter.py", line 2099, in parquet\n    self._jwrite.parquet(path)\n'
+        "py4j.protocol.Py4JJavaError: An error occurred while calling o67.parquet.\n"
+        ": org.apache.hadoop.fs.ParentNotDirectoryException: Parent path is not a directory: file:/o/f\n"
+        "\tat org.apache.hadoop.fs.RawLocalFileSystem.mkOneDirWithMode(RawLocalFileSystem.java:812)\n"
+        "Caused by: py4j.Py4JException: An exception was raised by the Python Proxy.\n"
+        " SQLSTATE: 39000 SQLSTATE: XXKST\n=== Streaming Query ===\n"
+    )
+    assert jobs._short_error(RuntimeError(text)) == (
+        "ParentNotDirectoryException: Parent path is not a directory: file:/o/f"
+    )
+
+
 # --------------------------------------------------------------------------------------------
 # Transformations on createDataFrame inputs
 # --------------------------------------------------------------------------------------------
@@ -406,6 +424,59 @@ def test_checkpoint_belongs_to_one_job(utc_spark, tmp_path: Path) -> None:
     b = parsed("aggregate", *SRC, "--output-dir=o", f"--checkpoint-dir={ck}", "--group-by=v")
     with pytest.raises(OptionsError, match="belongs to another job"):
         jobs.claim_checkpoint(files, b)
+
+
+@pytest.mark.timeout(180)
+def test_batch_gate_stops_the_query_between_batches(spark, tmp_path: Path, caplog) -> None:
+    """A stop lets the running batch finish; a batch that starts after it does not run, is not
+    committed, and the query stops without an error (nor py4j's report of one)."""
+    import logging
+    import threading
+
+    from spark.conftest import wait_for
+
+    gate = jobs.BatchGate()
+    callbacks = logging.getLogger("py4j.clientserver")
+    callbacks.addFilter(gate.filter)
+    started, release = threading.Event(), threading.Event()
+    done: list[int] = []
+
+    def process(batch, batch_id: int) -> None:
+        if batch_id == 1:  # a long batch, in progress when the stop comes
+            started.set()
+            release.wait(60)
+        batch.count()
+        done.append(batch_id)
+
+    ck = tmp_path / "ck"
+    query = (
+        spark.readStream.format("rate").option("rowsPerSecond", "50").load()
+        .writeStream.option("checkpointLocation", str(ck)).trigger(processingTime="100 milliseconds")
+        .foreachBatch(gate.wrap(spark, process)).start()
+    )
+    gate.jquery = query._jsq
+    try:
+        caplog.set_level(logging.INFO, "py4j.clientserver")
+        wait_for(lambda: started.is_set() or not query.isActive, timeout=60, what="batch 1 to start")
+        gate.close()
+        assert not gate.wait_idle(0.2)  # batch 1 still runs
+        release.set()
+        assert gate.wait_idle(60)
+        assert done == [0, 1]
+        wait_for(lambda: gate.turned_away or not query.isActive, timeout=60,
+                 what="the next batch to come to the closed gate")
+        query.stop()
+        assert query.exception() is None
+    finally:
+        release.set()
+        query.stop()
+        callbacks.removeFilter(gate.filter)
+    assert done == [0, 1]
+    assert gate.turned_away == 1
+    assert sorted(int(n) for n in os.listdir(ck / "commits") if n.isdigit()) == [0, 1]
+    assert max(int(n) for n in os.listdir(ck / "offsets") if n.isdigit()) == 2  # planned, not run
+    errors = [r for r in caplog.records if r.name.startswith("py4j") and r.levelno >= logging.WARNING]
+    assert not errors, [r.getMessage() for r in errors]
 
 
 # --------------------------------------------------------------------------------------------

@@ -121,3 +121,14 @@ def test_planner_processes_import_pyspark_from_the_package(spark: Any) -> None:
 
     spark.dataSource.register(_WhereSource)
     assert spark.read.format("nsqpy_test_where").load().schema.names == ["from_package"]
+
+
+def test_the_jvm_has_a_session_of_its_own(spark: Any) -> None:
+    """Signals to this process's group (Ctrl-C, ``timeout``, ``kill -- -PGID``) do not reach
+    the JVM: it leads a session and process group of its own."""
+    from nsqpy.spark.session import jvm_pid
+
+    pid = jvm_pid()
+    assert pid is not None
+    assert os.getsid(pid) == pid and os.getpgid(pid) == pid
+    assert os.getpgid(pid) != os.getpgid(0)

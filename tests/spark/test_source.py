@@ -381,3 +381,38 @@ def test_available_now_that_reaches_no_nsqd_fails(spark: Any, unique_topic: str,
             raise AssertionError("the query ended without an error") from q.exception()
     finally:
         q.stop()
+
+
+@pytest.mark.parametrize("available_now", [False, True])
+def test_a_topic_nsqlookupd_does_not_know_is_reported_once(
+    lookupd_cluster: Any, unique_topic: str, tmp_path: Path, caplog: pytest.LogCaptureFixture,
+    available_now: bool,
+) -> None:
+    """nsqlookupd answers /lookup with 404 TOPIC_NOT_FOUND: one WARNING naming the topic and
+    the lookupd (a bounded run then reads nothing; a streaming one keeps asking); another
+    when the topic gets a producer."""
+    import logging
+
+    from nsqpy.spark.source import _Runtime
+
+    lookupd, nsqds = lookupd_cluster
+    topic = f"{unique_topic}_{int(available_now)}"
+    opts = SourceOptions.parse({
+        "topic": topic, "nsqlookupdHttpAddresses": lookupd.http_address,
+        "spoolPath": str(tmp_path / "spool"),
+    })
+    rt = _Runtime(opts, 0, available_now)
+    caplog.set_level(logging.WARNING, "nsqpy.spark.source")
+    assert rt.lookup() == {} and rt.lookup() == {}
+    then = "nothing to read" if available_now else "asking again every 30s"
+    assert [r.getMessage() for r in caplog.records] == [
+        f"nsq source: nsqlookupd {lookupd.http_address} knows no producer of topic {topic!r} "
+        f"({lookupd.http_address}: TOPIC_NOT_FOUND): {then}"
+    ]
+    caplog.clear()
+    publish(nsqds[0], topic, [b"x"])
+    wait_for(lambda: lookupd.http_get(f"/lookup?topic={topic}")[0] == 200, what="the topic registered")
+    assert rt.lookup() == {nsqds[0].tcp_address: nsqds[0].http_address}
+    assert [r.getMessage() for r in caplog.records] == [
+        f"nsq source: nsqlookupd now knows 1 producer(s) of topic {topic!r}: {nsqds[0].tcp_address}"
+    ]

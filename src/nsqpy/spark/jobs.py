@@ -28,10 +28,11 @@ import re
 import signal
 import sys
 import threading
+import time
 import uuid
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Final
+from typing import Any, Final, NoReturn
 
 from nsqpy import daemon
 from nsqpy.goflags import (
@@ -848,8 +849,102 @@ def _counts_by(df: Any, column: str) -> dict[str, int]:
     return {r[0]: r[1] for r in df.groupBy(column).count().collect()}
 
 
-def build_query(spark: Any, opts: JobOptions, source: Any, totals: Totals, files: BatchFiles) -> Any:
-    """The streaming writer (not started) of ``opts.job`` over the ``source`` DataFrame."""
+#: How a foreachBatch function reports that ``query.stop()`` interrupted it: Spark's
+#: StreamExecution takes a Python error whose text matches ``py4j.protocol.Py4JJavaError: An
+#: error occurred while calling(.*)java.lang.InterruptedException`` as a clean stop.
+INTERRUPTED_BY_STOP: Final = (
+    "py4j.protocol.Py4JJavaError: An error occurred while calling z:java.lang.Thread.sleep.\n"
+    ": java.lang.InterruptedException: the query was stopped"
+)
+
+
+class StoppedByInterrupt(Exception):
+    """A micro-batch that did not run because the query was being stopped."""
+
+
+class BatchGate:
+    """Stops a query between micro-batches rather than in the middle of one.
+
+    ``query.stop()`` during a foreachBatch cancels the batch's Spark jobs: error logs, py4j
+    tracebacks, and (Spark 4) a StackOverflowError in the regular expression Spark uses to
+    recognise the interruption in a long traceback. So :meth:`close` lets the batch being
+    processed finish (its output committed, its rows counted) and a batch that starts after
+    it does no work: it waits, inside the JVM, for ``query.stop()``'s interrupt and raises
+    the resulting InterruptedException through py4j, which Spark takes as a clean stop
+    (SPARK-39218): that batch is not committed and runs again when the job next starts.
+    """
+
+    def __init__(self) -> None:
+        self._cond = threading.Condition()
+        self._busy = False
+        self.closed = False
+        #: batches that came to the closed gate (and were not run)
+        self.turned_away = 0
+        #: the running query's JVM object (set once it has started)
+        self.jquery: Any = None
+
+    def wrap(self, spark: Any, process: Callable[[Any, int], None]) -> Callable[[Any, int], None]:
+        """``process`` (a foreachBatch function) behind the gate."""
+
+        def gated(batch: Any, batch_id: int) -> None:
+            with self._cond:
+                run = self._busy = not self.closed
+                self.turned_away += not run
+            if not run:
+                log.info("batch %d not run: the query is stopping", batch_id)
+                self._await_stop(spark)  # raises
+            try:
+                process(batch, batch_id)
+            finally:
+                with self._cond:
+                    self._busy = False
+                    self._cond.notify_all()
+
+        return gated
+
+    def _await_stop(self, spark: Any) -> NoReturn:
+        from py4j.protocol import Py4JJavaError
+
+        Thread = spark.sparkContext._jvm.java.lang.Thread
+        try:
+            # py4j runs these calls on the query's thread (pinned threads): the sleep ends
+            # with an InterruptedException once query.stop() has interrupted that thread
+            while self.jquery is None or self.jquery.isActive():
+                Thread.sleep(100)
+            Thread.currentThread().interrupt()  # stopping, but the interrupt was consumed
+            Thread.sleep(1)
+        except Py4JJavaError as exc:
+            if "java.lang.InterruptedException" not in str(exc):
+                raise
+            # short: Spark matches its pattern over the whole traceback text, and long texts
+            # overflow the stack of the query's thread
+            raise StoppedByInterrupt(INTERRUPTED_BY_STOP) from None
+        # never return normally: Spark would commit the batch without its output
+        raise RuntimeError(f"{PROGRAM}: a batch was not run: the query is stopping")
+
+    def close(self) -> None:
+        """Let no further batch run."""
+        with self._cond:
+            self.closed = True
+
+    def wait_idle(self, timeout: float) -> bool:
+        """Whether no batch is being processed, waiting up to ``timeout`` s for that."""
+        with self._cond:
+            return self._cond.wait_for(lambda: not self._busy, timeout)
+
+    @staticmethod
+    def filter(record: logging.LogRecord) -> bool:
+        """A logging filter for py4j's callback server: drops its report of the expected
+        interruption (``_await_stop``)."""
+        return not (record.exc_info and isinstance(record.exc_info[1], StoppedByInterrupt))
+
+
+def build_query(
+    spark: Any, opts: JobOptions, source: Any, totals: Totals, files: BatchFiles,
+    gate: BatchGate | None = None,
+) -> Any:
+    """The streaming writer (not started) of ``opts.job`` over the ``source`` DataFrame;
+    with a ``gate``, its batches run behind it."""
     F = _F()
     job = opts.job
     lock = threading.Lock()
@@ -949,7 +1044,7 @@ def build_query(spark: Any, opts: JobOptions, source: Any, totals: Totals, files
         frame.writeStream.queryName(f"nsq_spark_{job}_{opts.topic}".replace("#", "_").replace(".", "_"))
         .outputMode("append")
         .option("checkpointLocation", opts.checkpoint_dir)
-        .foreachBatch(process)
+        .foreachBatch(gate.wrap(spark, process) if gate is not None else process)
     )
     if opts.available_now:
         writer = writer.trigger(availableNow=True)
@@ -966,10 +1061,13 @@ SESSION_CONF: Final[dict[str, str]] = {
 
 
 class _Stop:
-    """SIGTERM/SIGINT: ask the running query to stop (exit 0)."""
+    """SIGTERM/SIGINT: ask the running query to stop (exit 0) once its running batch has
+    finished; a second signal stops it at once."""
 
     def __init__(self) -> None:
         self.requested = False
+        #: signals received; a second one stops the query without waiting for its batch
+        self.count = 0
 
     def install(self) -> None:
         for sig in (signal.SIGTERM, signal.SIGINT):
@@ -977,64 +1075,136 @@ class _Stop:
 
     def _handle(self, signum: int, frame: object) -> None:
         self.requested = True
+        self.count += 1
 
 
 def run(opts: JobOptions, stop: _Stop | None = None) -> int:
-    """Run a validated job to the end (``--available-now``) or until SIGTERM/SIGINT; print
-    the summary line. Returns the exit code."""
+    """Run a validated job to the end (``--available-now``) or until SIGTERM/SIGINT. Prints
+    the summary line (stdout) when the query ended well, else only the cause (stderr), as
+    the last line of the run: after the JVM has exited, so nothing of Spark's follows it.
+    Returns the exit code."""
     stop = stop or _Stop()
     stop.install()
-    from nsqpy.spark.session import make_session
+    from nsqpy.spark.session import make_session, stop_jvm
 
     conf = dict(SESSION_CONF)  # the user's --spark-conf wins
     conf.update(kv.split("=", 1) for kv in opts.spark_conf)
-    spark = make_session(opts.master, f"{PROGRAM} {opts.job} {opts.topic}", conf)
+    totals = Totals()
+    failure: str | None = None
     try:
-        stop.install()  # again: the SparkContext installs its own SIGINT handler
-        return _run_query(spark, opts, stop)
+        # the JVM runs in a session of its own: a signal to this process's group (timeout,
+        # kill -- -PGID, Ctrl-C) reaches this process only, which stops the query cleanly
+        try:
+            spark = make_session(opts.master, f"{PROGRAM} {opts.job} {opts.topic}", conf)
+        except KeyboardInterrupt:  # SIGINT while the SparkContext's own handler was in place
+            spark, stop.requested = None, True
+        if spark is not None:
+            try:
+                stop.install()  # again: the SparkContext installs its own SIGINT handler
+                failure = _run_stream(spark, opts, stop, totals)
+            finally:
+                try:
+                    spark.stop()
+                except Exception as exc:  # the JVM is gone (what failed the query, if any)
+                    log.warning("stopping Spark: %s", _short_error(exc))
     finally:
-        spark.stop()
+        stop_jvm()
+    if failure is not None:
+        print(f"{PROGRAM}: {failure}", file=sys.stderr, flush=True)
+        return 1
+    print(totals.summary(opts.job), flush=True)
+    return 0
 
 
 def _run_query(spark: Any, opts: JobOptions, stop: _Stop, totals: Totals | None = None) -> int:
+    """Run the job on an existing session: print the summary line, or the cause on stderr;
+    returns the exit code."""
+    totals = totals if totals is not None else Totals()
+    failure = _run_stream(spark, opts, stop, totals)
+    if failure is not None:
+        print(f"{PROGRAM}: {failure}", file=sys.stderr, flush=True)
+        return 1
+    print(totals.summary(opts.job), flush=True)
+    return 0
+
+
+def _run_stream(spark: Any, opts: JobOptions, stop: _Stop, totals: Totals) -> str | None:
+    """Run the query until it ends or ``stop`` is requested; fills ``totals``. Returns why
+    the job failed (one line), None when it did not."""
     spark.conf.set("spark.sql.session.timeZone", "UTC")  # archive partitions are UTC dates
     files = BatchFiles(spark, "")
     try:
         files.run_id = claim_checkpoint(files, opts)
     except OptionsError as exc:
-        print(f"{PROGRAM}: {exc}", file=sys.stderr)
-        return 1
+        return str(exc)
     log.info("checkpoint %s, spool %s", opts.checkpoint_dir, opts.spool_dir)
     if stop.requested:
-        return 0
+        return None
     source = spark.readStream.format("nsq").options(**source_options(opts)).load()
-    totals = totals if totals is not None else Totals()
-    query = totals.query = build_query(spark, opts, source, totals, files).start()
-    failure: str | None = None
+    gate = BatchGate()
+    py4j_callbacks = logging.getLogger("py4j.clientserver")
+    py4j_callbacks.addFilter(gate.filter)
     try:
-        while True:
-            if stop.requested:
-                log.info("signal received: stopping the query")
-                query.stop()
-                break
-            try:
-                if query.awaitTermination(0.5):
-                    break
-            except Exception as exc:  # StreamingQueryException and py4j errors
-                if not stop.requested:
-                    failure = _short_error(exc)
-                break
+        query = totals.query = build_query(spark, opts, source, totals, files, gate).start()
+        gate.jquery = query._jsq
+        return _await_query(query, opts, stop, totals, gate)
     finally:
-        if opts.job == "aggregate":
-            totals.finish_progress()
-        print(totals.summary(opts.job), flush=True)
-    if failure is not None:
-        print(f"{PROGRAM}: query failed: {failure}", file=sys.stderr)
-        return 1
-    return 0
+        py4j_callbacks.removeFilter(gate.filter)
 
 
-_CAUSE_RE: Final = re.compile(r"^([A-Za-z_][\w.]*(?:Error|Exception)): (.+)$", re.M)
+def _await_query(query: Any, opts: JobOptions, stop: _Stop, totals: Totals, gate: BatchGate) -> str | None:
+    while True:
+        if stop.requested:
+            log.info("signal received: stopping the query after its running batch")
+            gate.close()
+            _await_stoppable(query, stop, gate)
+            query.stop()
+            break
+        try:
+            if query.awaitTermination(0.5):
+                break
+        except Exception as exc:  # StreamingQueryException and py4j errors
+            if not stop.requested:
+                return f"query failed: {_short_error(exc)}"
+            break
+    if opts.job == "aggregate":
+        totals.finish_progress()
+    return None
+
+
+def _await_stoppable(query: Any, stop: _Stop, gate: BatchGate) -> None:
+    """Wait (the gate closed) until the query can be stopped without interrupting Spark's
+    own work (writing a batch's offsets or commit to the checkpoint: Hadoop logs the
+    interruption with a stack trace, and the batch runs again). That is: its next batch
+    waits at the gate, or no trigger is active and either the last one found no data or
+    none has started for a while (a trigger interval). A second signal ends the wait."""
+    idle_since: float | None = None
+    while stop.count < 2 and query.isActive and not gate.turned_away:
+        if not gate.wait_idle(0.05):
+            continue
+        status = query.status
+        if status["isTriggerActive"]:
+            idle_since = None
+        elif not status["isDataAvailable"]:
+            return
+        else:  # between two triggers: stop unless the next one is starting (no interval)
+            now = time.monotonic()
+            idle_since = now if idle_since is None else idle_since
+            if now - idle_since >= STOP_IDLE_S:
+                return
+        time.sleep(0.02)
+
+
+#: How long no trigger must be active, after one that ran a batch, for the query to be
+#: stopped between triggers (with no trigger interval, the next starts within milliseconds).
+STOP_IDLE_S: Final = 0.2
+
+
+#: ``SomeError: message`` at the start of a line, also after py4j's ``: `` (the Java exception
+#: under "An error occurred while calling …") and Java's ``Caused by: ``.
+_CAUSE_RE: Final = re.compile(
+    r"^(?:: |Caused by: )?([A-Za-z_][\w.$]*(?:Error|Exception)): (.+)$", re.M
+)
 _WRAPPERS: Final = ("PythonException", "Py4JException", "StreamingQueryException", "Py4JJavaError")
 
 

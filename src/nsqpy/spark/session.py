@@ -7,9 +7,11 @@ without it raises an ImportError that says so.
 from __future__ import annotations
 
 import atexit
+import contextlib
 import importlib.machinery
 import os
 import shutil
+import subprocess
 import sys
 import tempfile
 import zipfile
@@ -136,6 +138,83 @@ def _jvm_running() -> bool:
     return SparkContext._gateway is not None
 
 
+# --- the JVM in a session of its own ----------------------------------------------------------
+#
+# pyspark starts the JVM (spark-submit, which execs java) as a child of this process, in this
+# process's process group. A signal sent to the whole group (Ctrl-C in a terminal, `timeout`,
+# `kill -- -PGID`, a supervisor stopping a process group) then reaches the JVM too, and a
+# SIGTERM runs its shutdown hooks: the SparkContext stops under the running query, which
+# fails with py4j errors before this process has handled the signal. So the JVM is started
+# in a new session (setsid: its own process group, no controlling terminal) and only this
+# process decides when it stops. It still cannot outlive this process: pyspark gives it a
+# pipe as stdin and the JVM exits when that pipe reaches EOF, which happens whenever this
+# process ends, however it ends (SIGKILL included), because nothing else holds the pipe.
+# At exit, stop_jvm closes the pipe and waits for the JVM, so it is gone when this process
+# is. (A systemd unit's cgroup still holds it: KillMode=control-group is unaffected.)
+
+#: The py4j gateway of the JVM this interpreter started (None: none, or one that someone else
+#: started, e.g. spark-submit running this program); ``.proc`` is the JVM's Popen.
+_own_gateway: Any = None
+
+
+def _launch_jvm(options: dict[str, str]) -> None:
+    """Start the JVM (spark-submit with ``options`` as ``--conf``, as SparkContext would) in a
+    new session, and the SparkContext on it."""
+    global _own_gateway
+    from pyspark import SparkConf, SparkContext
+    from pyspark.java_gateway import launch_gateway
+
+    conf = SparkConf()
+    conf.setAll(list(options.items()))
+    _own_gateway = launch_gateway(conf, popen_kwargs={"start_new_session": True})
+    # registered after the SPARK_HOME mirror's removal: exit handlers run last-in first-out,
+    # so the JVM has exited before the links it reads jars through go
+    atexit.register(stop_jvm)
+    try:
+        SparkContext(conf=conf, gateway=_own_gateway)
+    except BaseException:
+        stop_jvm()
+        raise
+
+
+def jvm_pid() -> int | None:
+    """The process id of the JVM this interpreter started and that still runs, else None."""
+    proc = getattr(_own_gateway, "proc", None)
+    return proc.pid if proc is not None and proc.poll() is None else None
+
+
+def stop_jvm(timeout: float = 30.0) -> None:
+    """Stop the active SparkContext, if any, and the JVM this interpreter started, and wait
+    until that has exited (``timeout`` s, then SIGKILL). A later make_session starts a new
+    JVM. Does nothing when this interpreter did not start the JVM."""
+    global _own_gateway
+    from pyspark import SparkContext
+
+    gateway, _own_gateway = _own_gateway, None
+    if gateway is None:
+        return
+    active = SparkContext._active_spark_context
+    if active is not None:
+        with contextlib.suppress(Exception):  # the JVM goes anyway
+            active.stop()
+    with SparkContext._lock:
+        if SparkContext._gateway is gateway:
+            SparkContext._gateway = None
+            SparkContext._jvm = None
+    with contextlib.suppress(Exception):
+        gateway.shutdown()  # py4j's connections and its callback server (foreachBatch)
+    proc = gateway.proc
+    if proc is None:
+        return
+    with contextlib.suppress(OSError):
+        proc.stdin.close()  # EOF: the gateway server exits (System.exit: shutdown hooks run)
+    try:
+        proc.wait(timeout)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
+
+
 def make_session(
     master: str = "local[*]",
     app_name: str = "nsqpy",
@@ -150,25 +229,25 @@ def make_session(
     """
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
-    builder = SparkSession.builder.master(master).appName(app_name)
+    options = {"spark.master": master, "spark.app.name": app_name}
     local = master.startswith("local")
     if loopback and local:
         os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
-        builder = builder.config("spark.driver.bindAddress", "127.0.0.1").config(
-            "spark.driver.host", "127.0.0.1"
-        )
-    defaults = {
+        options.update({"spark.driver.bindAddress": "127.0.0.1", "spark.driver.host": "127.0.0.1"})
+    options.update({
         "spark.ui.enabled": "false",
         "spark.ui.showConsoleProgress": "false",
         "spark.sql.shuffle.partitions": "4",
         "spark.sql.session.timeZone": "UTC",
-    }
-    defaults.update(conf or {})
-    for key, value in defaults.items():
+    })
+    options.update(conf or {})
+    builder = SparkSession.builder
+    for key, value in options.items():
         builder = builder.config(key, value)
+    launch = not _jvm_running() and "PYSPARK_GATEWAY_PORT" not in os.environ
     shadow = None
     saved_home = os.environ.get("SPARK_HOME")
-    if local and _is_this_interpreter(os.environ["PYSPARK_PYTHON"]) and not _jvm_running():
+    if local and _is_this_interpreter(os.environ["PYSPARK_PYTHON"]) and launch:
         from pyspark.find_spark_home import _find_spark_home
 
         shadow = spark_home_without_zips(_find_spark_home())
@@ -178,6 +257,8 @@ def make_session(
             atexit.register(shutil.rmtree, shadow, True)
             os.environ["SPARK_HOME"] = shadow
     try:
+        if launch:
+            _launch_jvm(options)  # in a session of its own (see above)
         spark = builder.getOrCreate()
     finally:
         if shadow is not None:  # only the JVM (launched by now) needed it

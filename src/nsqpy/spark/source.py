@@ -509,6 +509,8 @@ class _Runtime:
         self.consumers: dict[str, _Consumer] = {}
         self.error: BaseException | None = None
         self._discovery: threading.Thread | None = None
+        #: nsqlookupd knew no producer of the topic at the last lookup (and it was said)
+        self.no_producer_warned = False
         self._update_backpressure()
 
     def start(self) -> None:
@@ -537,9 +539,10 @@ class _Runtime:
 
     def lookup(self, raise_if_unreachable: bool = False) -> dict[str, str] | None:
         """``{tcp address: http address}`` of the topic's producers from every lookupd;
-        None if no lookupd answered."""
+        None if no lookupd answered. Warns when the lookupds that answered know no
+        producer of the topic (once, until one appears)."""
         out: dict[str, str] = {}
-        answered = False
+        answered: list[str] = []  # "lookupd: what it answered"
         errors = []
         topic = urllib.parse.quote(self.opts.topic)
         for lookupd in self.opts.lookupd_http_addresses:
@@ -549,25 +552,53 @@ class _Runtime:
                 errors.append(f"{lookupd}: {exc}")
                 continue
             if status == 404:
-                answered = True
+                why = doc.get("message") if isinstance(doc, dict) else None
+                answered.append(f"{lookupd}: {why or 'HTTP 404'}")
                 continue
             if status != 200 or not isinstance(doc, dict):
                 errors.append(f"{lookupd}: HTTP {status}")
                 continue
-            answered = True
+            found = 0
             for p in doc.get("producers") or []:
                 host = p.get("broadcast_address") or p.get("hostname")
                 if not host or not p.get("tcp_port"):
                     continue
                 host = f"[{host}]" if ":" in host else host
                 out[f"{host}:{p['tcp_port']}"] = f"{host}:{p.get('http_port')}"
+                found += 1
+            answered.append(f"{lookupd}: {found} producer(s)" if found else f"{lookupd}: no producers")
         if not answered:
             msg = "nsq source: no nsqlookupd answered /lookup: " + "; ".join(errors)
             if raise_if_unreachable:
                 raise ConnectionError(msg)
             log.warning(msg)
             return None
+        self._note_producers(out, answered + errors)
         return out
+
+    def _note_producers(self, found: dict[str, str], answers: list[str]) -> None:
+        """Say (a WARNING, which reaches the job's stderr) that nsqlookupd knows no producer
+        of the topic: a bounded run then reads nothing, a streaming one keeps polling. Once,
+        until producers appear. (Go's tools log an error at every poll.)"""
+        if found:
+            if self.no_producer_warned:
+                self.no_producer_warned = False
+                log.warning("nsq source: nsqlookupd now knows %d producer(s) of topic %r: %s",
+                            len(found), self.opts.topic, ", ".join(sorted(found)))
+            return
+        if self.no_producer_warned:
+            return
+        self.no_producer_warned = True
+        lookupds = self.opts.lookupd_http_addresses
+        then = (
+            "nothing to read" if self.available_now
+            else f"asking again every {self.opts.lookupd_poll_interval_ms / 1000:g}s"
+        )
+        log.warning(
+            "nsq source: nsqlookupd %s know%s no producer of topic %r (%s): %s",
+            ", ".join(lookupds), "s" if len(lookupds) == 1 else "", self.opts.topic,
+            "; ".join(answers), then,
+        )
 
     def _discovery_loop(self) -> None:
         interval = self.opts.lookupd_poll_interval_ms / 1000
