@@ -1,0 +1,1 @@
+"""Tests of nsqpy.transport (a package, so its conftest and helpers do not shadow others)."""
