@@ -26,6 +26,7 @@ import logging
 import pstats
 import re
 import socket
+import ssl
 import sys
 import threading
 import time
@@ -422,14 +423,17 @@ class Router:
 
 
 async def serve(
-    dispatch: Callable[[web.Request], Awaitable[web.StreamResponse]], sock: socket.socket
+    dispatch: Callable[[web.Request], Awaitable[web.StreamResponse]],
+    sock: socket.socket,
+    ssl_context: ssl.SSLContext | None = None,
 ) -> web.AppRunner:
-    """Serve every path and method through ``dispatch`` on an already-bound socket."""
+    """Serve every path and method through ``dispatch`` on an already-bound socket (HTTPS
+    with ``ssl_context``)."""
     app = web.Application()
     app.router.add_route("*", "/{tail:.*}", dispatch, expect_handler=expect_handler)
     runner = web.AppRunner(app, access_log=None, shutdown_timeout=2.0)
     await runner.setup()
-    await web.SockSite(runner, sock).start()
+    await web.SockSite(runner, sock, ssl_context=ssl_context).start()
     return runner
 
 

@@ -100,26 +100,37 @@ def test_bad_flag_value_exits_2(tmp_path):
     assert 'invalid value "lots" for flag -mem-queue-size' in res.stderr, res.stderr
 
 
-@pytest.mark.parametrize(
-    "args,named",
-    [
-        (["--statsd-address=127.0.0.1:8125"], ["--statsd-address"]),
-        (["--tls-cert=a.pem", "--tls-key=b.pem"], ["--tls-cert", "--tls-key"]),
-        (["--auth-http-address=127.0.0.1:4181"], ["--auth-http-address"]),
-    ],
-    ids=["statsd", "tls", "auth"],
-)
-def test_unbuilt_feature_flag_refuses_to_start(args, named, tmp_path):
+def test_unbuilt_feature_flag_refuses_to_start(tmp_path):
     res = run_script(
         "nsqd",
         "--tcp-address=127.0.0.1:0",
         "--http-address=127.0.0.1:0",
         f"--data-path={tmp_path}",
-        *args,
+        "--enable-experiment=topology-aware-consumption",
     )
     assert res.returncode != 0, res
-    for flag in named:
-        assert flag in res.stderr, res.stderr
+    assert "--enable-experiment" in res.stderr, res.stderr
+    assert "address:" not in res.stdout, "it started anyway"
+
+
+@pytest.mark.parametrize(
+    "args,expect",
+    [
+        (["--tls-cert=missing.pem", "--tls-key=missing.key"], "failed to build TLS config - "),
+        (["--tls-cert=missing.pem"], "failed to build TLS config - "),
+        (["--tls-required"], "cannot require TLS client connections without TLS key and cert"),
+        (["--max-deflate-level=10"], "--max-deflate-level must be [1,9]"),
+        (["--auth-http-request-method=put"], "--auth-http-request-method must be post or get"),
+    ],
+    ids=["missing-cert", "cert-without-key", "required-without-cert", "deflate-level", "auth-method"],
+)
+def test_bad_tls_and_auth_settings_refuse_to_start(args, expect, tmp_path):
+    res = run_script(
+        "nsqd", "--tcp-address=127.0.0.1:0", "--http-address=127.0.0.1:0",
+        f"--data-path={tmp_path}", *args, cwd=str(tmp_path),
+    )
+    assert res.returncode == 1, res
+    assert expect in res.stderr, res.stderr
     assert "address:" not in res.stdout, "it started anyway"
 
 

@@ -14,6 +14,8 @@ Scenarios (``spec["scenario"]``):
                      exceptions, CLS
   http               gnsq.NsqdHTTPClient publish/multipublish/topic and channel admin/stats,
                      then consume with NsqdTCPClient
+  upgraded           NsqdTCPClient with TLS / snappy / deflate / AUTH (spec["conn"]):
+                     publish, then read everything back
 """
 
 from gevent import monkey
@@ -198,7 +200,7 @@ def lowlevel(spec, out):
         responses.append(read_until(prod, is_reply, 5, log))
     out["pub_responses"] = [[f, text(d)] for f, d in responses]
 
-    # consumer connection: snappy requested (negotiated off), heartbeats every second
+    # consumer connection: snappy, heartbeats every second
     cons = gnsq.NsqdTCPClient(host, port, snappy=True, heartbeat_interval=1)
     cons.connect()
     out["identify_consumer"] = cons.identify()
@@ -319,7 +321,45 @@ def http(spec, out):
         res["delete_missing_topic"] = str(e)
 
 
-SCENARIOS = {"producer_consumer": producer_consumer, "lowlevel": lowlevel, "http": http}
+def upgraded(spec, out):
+    """Two NsqdTCPClient connections with ``spec["conn"]`` (TLS, compression, auth_secret):
+    identify (and AUTH), PUB/MPUB, SUB, RDY, every message read back and FINed."""
+    topic = spec["topic"]
+    host, port = split(spec["nsqd"])
+    log = out["frames"] = []
+    prod = gnsq.NsqdTCPClient(host, port, **spec["conn"])
+    prod.connect()
+    out["identify"] = prod.identify()
+    if spec["conn"].get("auth_secret"):
+        out["auth"] = prod.auth()
+    bodies = [bytes.fromhex(h) for h in spec["bodies"]]
+    prod.publish(topic, bodies[0])
+    out["pub"] = text(read_until(prod, is_reply, 5, log)[1])
+    prod.multipublish(topic, bodies[1:])
+    out["mpub"] = text(read_until(prod, is_reply, 5, log)[1])
+    cons = gnsq.NsqdTCPClient(host, port, **spec["conn"])
+    cons.connect()
+    cons.identify()
+    if spec["conn"].get("auth_secret"):
+        cons.auth()
+    cons.subscribe(topic, "upgraded")
+    cons.check_ok()
+    cons.ready(100)
+    finished = out["finished"] = []
+    while len(finished) < len(bodies):
+        frame, msg = read_until(cons, is_message, 10, log)
+        cons.finish(msg.id)
+        finished.append(msg.body.hex())
+    cons.close_stream()
+    prod.close_stream()
+
+
+SCENARIOS = {
+    "producer_consumer": producer_consumer,
+    "lowlevel": lowlevel,
+    "http": http,
+    "upgraded": upgraded,
+}
 
 
 def main():

@@ -6,6 +6,7 @@ process (its own Tornado IOLoop), with a hard timeout.
 
 from __future__ import annotations
 
+import json
 from collections import defaultdict
 
 import pytest
@@ -147,10 +148,10 @@ def test_touch_heartbeats_and_msg_timeout(nsqd_proc):
     ],
     ids=["reader-snappy-writer-deflate", "reader-deflate-writer-snappy"],
 )
-def test_compression_requested_is_negotiated_off(nsqd_proc, reader_conn, writer_conn):
-    """pynsq asks for snappy/deflate; our nsqd answers false in the IDENTIFY response, pynsq
-    does not upgrade the stream, and plain frames keep working both ways. /stats shows the
-    pynsq consumer as pynsq identified itself, uncompressed."""
+def test_compression_is_negotiated(nsqd_proc, reader_conn, writer_conn):
+    """pynsq asks for snappy/deflate: nsqd agrees in the IDENTIFY response (deflate at most
+    --max-deflate-level, 6), both sides upgrade, and frames flow compressed both ways. /stats
+    shows the pynsq consumer as pynsq identified itself, with its compression."""
     bodies = make_bodies("cmp", 300, 8)
     spec = {
         "nsqd": nsqd_proc.tcp_address,
@@ -166,15 +167,111 @@ def test_compression_requested_is_negotiated_off(nsqd_proc, reader_conn, writer_
     result = drive("pynsq_driver.py", spec, timeout=40)
     assert_clean(result)
     assert set(result["finished"]) == {b.hex() for b in bodies}
-    for side in ("reader", "writer"):
+    for side, conn in (("reader", reader_conn), ("writer", writer_conn)):
         (ident,) = result["identify"][side]
-        assert ident["snappy"] is False, ident
-        assert ident["deflate"] is False, ident
+        assert ident["snappy"] is bool(conn.get("snappy")), ident
+        assert ident["deflate"] is bool(conn.get("deflate")), ident
+        if conn.get("deflate"):
+            assert ident["deflate_level"] == min(conn["deflate_level"], 6), ident
         assert ident["tls_v1"] is False, ident
     (topic,) = result["stats"]["topics"]
     assert topic["message_count"] == 300
     (chan,) = topic["channels"]
     (client,) = chan["clients"]
     assert client["user_agent"] == "pynsq/0.9.1", client
-    assert client["snappy"] is False and client["deflate"] is False, client
+    assert client["snappy"] is bool(reader_conn.get("snappy")), client
+    assert client["deflate"] is bool(reader_conn.get("deflate")), client
     assert client["finish_count"] == 300 and client["in_flight_count"] == 0, client
+
+
+@pytest.fixture(scope="module")
+def pki(tmp_path_factory):
+    from transport.certs import make_pki
+
+    return make_pki(tmp_path_factory.mktemp("pki"))
+
+
+class _AuthHandler(__import__("http.server").server.BaseHTTPRequestHandler):
+    """A tiny auth server: secret "pynsq-secret" may publish and subscribe to ^tls_."""
+
+    seen: list[dict] = []
+
+    def do_GET(self):  # noqa: N802 - http.server's name
+        import urllib.parse
+
+        q = dict(urllib.parse.parse_qsl(urllib.parse.urlsplit(self.path).query))
+        self.seen.append(q)
+        if q.get("secret") != "pynsq-secret":
+            self.send_response(403)
+            self.end_headers()
+            return
+        body = json.dumps({"ttl": 60, "identity": "pynsq-user", "identity_url": "",
+                           "authorizations": [{"topic": "^tls_", "channels": [".*"],
+                                               "permissions": ["publish", "subscribe"]}]})
+        self.send_response(200)
+        self.send_header("Content-Type", "application/json")
+        self.end_headers()
+        self.wfile.write(body.encode())
+
+    def log_message(self, *args):
+        pass
+
+
+@pytest.fixture
+def authd():
+    import http.server
+    import threading
+
+    _AuthHandler.seen = []
+    srv = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _AuthHandler)
+    t = threading.Thread(target=srv.serve_forever, daemon=True)
+    t.start()
+    yield f"127.0.0.1:{srv.server_address[1]}"
+    srv.shutdown()
+    srv.server_close()
+
+
+@pytest.mark.parametrize(
+    "reader_extra,writer_extra",
+    [({"snappy": True}, {"deflate": True, "deflate_level": 6}), ({}, {"snappy": True})],
+    ids=["tls+snappy/tls+deflate", "tls/tls+snappy"],
+)
+def test_tls_compression_and_auth(tmp_path, pki, authd, reader_extra, writer_extra):
+    """pynsq with tls_v1 (verifying nsqd's certificate against the test CA) stacked with
+    snappy or deflate, and AUTH against an auth server, on an nsqd that requires TLS."""
+    import ssl
+
+    from e2e.proc import NsqdProcess
+
+    p = NsqdProcess(tmp_path / "nsqd", f"--tls-cert={pki.server_cert}",
+                    f"--tls-key={pki.server_key}", "--tls-required=true",
+                    "--https-address=127.0.0.1:0", f"--auth-http-address={authd}").start()
+    try:
+        tls = {"tls_v1": True, "tls_options": {"ca_certs": pki.ca_cert,
+                                                "cert_reqs": int(ssl.CERT_REQUIRED)},
+               "auth_secret": "pynsq-secret"}
+        bodies = make_bodies("tls", 300, 9)
+        spec = {
+            "nsqd": p.tcp_address,
+            "topic": "tls_topic",
+            "max_in_flight": 20,
+            "reader_conn": {**tls, **reader_extra},
+            "writer_conn": {**tls, **writer_extra},
+            "pub": [b.hex() for b in bodies[:100]],
+            "mpub": [[b.hex() for b in bodies[100:]]],
+            "deadline": 30,
+        }
+        result = drive("pynsq_driver.py", spec, timeout=40)
+        assert_clean(result)
+        assert set(result["finished"]) == {b.hex() for b in bodies}
+        for side, extra in (("reader", reader_extra), ("writer", writer_extra)):
+            (ident,) = result["identify"][side]
+            assert ident["tls_v1"] is True and ident["auth_required"] is True, ident
+            assert ident["snappy"] is bool(extra.get("snappy")), ident
+            assert ident["deflate"] is bool(extra.get("deflate")), ident
+        assert {q["tls"] for q in _AuthHandler.seen} == {"true"}
+        assert len(_AuthHandler.seen) == 2  # one AUTH per connection
+    finally:
+        code = p.stop()
+    assert code == 0, p.describe()
+    assert "Traceback" not in p.stderr(), p.describe()

@@ -54,7 +54,7 @@ async def test_identify_plain_ok(nsqd):
 async def test_identify_feature_negotiation_fields(nsqd):
     c = await client(nsqd)
     resp = await c.identify(feature_negotiation=True, msg_timeout=5000, output_buffer_size=4096,
-                            output_buffer_timeout=100, sample_rate=0, snappy=True, deflate=True, tls_v1=True)
+                            output_buffer_timeout=100, sample_rate=0, tls_v1=True)
     assert set(resp) >= {
         "max_rdy_count", "version", "max_msg_timeout", "msg_timeout", "tls_v1", "deflate",
         "deflate_level", "max_deflate_level", "snappy", "sample_rate", "auth_required",
@@ -66,6 +66,7 @@ async def test_identify_feature_negotiation_fields(nsqd):
     assert resp["msg_timeout"] == 5000
     assert resp["output_buffer_size"] == 4096
     assert resp["output_buffer_timeout"] == 100
+    # no --tls-cert: TLS is refused; nothing asked for compression
     assert resp["tls_v1"] is False and resp["snappy"] is False and resp["deflate"] is False
     assert resp["auth_required"] is False
 

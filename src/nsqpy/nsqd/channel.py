@@ -24,6 +24,7 @@ from ..protocol.frames import encode_message
 from ..protocol.names import is_ephemeral
 from .message import Message
 from .diskqueue import DiskQueueError, DiskQueueWriteError
+from .quantile import Quantile
 from .fileio import write_file_atomic
 
 if TYPE_CHECKING:
@@ -82,6 +83,7 @@ class Channel:
         "_rr",
         "backend",
         "_deferred_due",
+        "e2e",
     )
 
     def __init__(self, topic: Topic, name: str, nsqd: NSQD) -> None:
@@ -105,6 +107,19 @@ class Channel:
         )
         #: id → due time (ns since the epoch) of deferred messages saved at the last shutdown
         self._deferred_due: dict[bytes, int] = self._load_deferred()
+        #: FIN latencies (Go's e2eProcessingLatencyStream), None without
+        #: --e2e-processing-latency-percentile: the FIN path tests it before calling
+        #: :meth:`record_latency`
+        opts = nsqd.options
+        self.e2e: Quantile | None = (
+            Quantile(
+                opts.e2e_processing_latency_window_time,
+                opts.e2e_processing_latency_percentiles,
+                time.time_ns(),
+            )
+            if opts.e2e_processing_latency_percentiles
+            else None
+        )
 
     @property
     def backend_name(self) -> str:
@@ -260,7 +275,17 @@ class Channel:
         msg = self._pop_in_flight(client, msg_id)
         if isinstance(msg, str):
             return msg
+        self.record_latency(msg.timestamp)
         return None
+
+    def record_latency(self, msg_timestamp_ns: int, now_ns: int | None = None) -> None:
+        """A message published at ``msg_timestamp_ns`` was FINished (now, or at ``now_ns``):
+        record its end-to-end latency, as Go's ``FinishMessage``. A no-op without
+        --e2e-processing-latency-percentile; a hot FIN path tests ``self.e2e is not None``
+        first and so pays one attribute check when latencies are off."""
+        e2e = self.e2e
+        if e2e is not None:
+            e2e.insert(msg_timestamp_ns, time.time_ns() if now_ns is None else now_ns)
 
     def requeue(self, client: ClientV2, msg_id: bytes, delay: float) -> str | None:
         msg = self._pop_in_flight(client, msg_id)

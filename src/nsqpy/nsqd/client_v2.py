@@ -28,6 +28,8 @@ from ..protocol.frames import (
 )
 
 if TYPE_CHECKING:
+    from ..transport import Stack
+    from .auth import AuthState
     from .channel import Channel
     from .message import Message
     from .nsqd import NSQD
@@ -103,6 +105,15 @@ class ClientV2(asyncio.Protocol):
         self.connect_ts = int(time.time())
         self._inflight_q: deque[tuple[float, Message]] = deque()
         self._inflight_heap: list[tuple[float, int, Message]] = []
+        # the transport upgrades (None: plain TCP, the hot path) and AUTH
+        self._stack: Stack | None = None
+        self.tls = False
+        self.snappy = False
+        self.deflate = False
+        self.auth_secret = ""
+        self.auth_state: AuthState | None = None
+        #: commands wait while an AUTH request (or a TLS handshake) is under way
+        self._suspended = False
 
     def __repr__(self) -> str:
         return f"<ClientV2 {self.id} {self.remote_address}>"
@@ -149,10 +160,20 @@ class ClientV2(asyncio.Protocol):
 
     def resume_writing(self) -> None:
         self._write_paused_at = 0.0
-        if self.transport is not None and not self.closed and not self._held:
-            self.transport.resume_reading()
+        self._resume_reading()
         if self.channel is not None:
             self.channel.schedule_pump()
+
+    def _resume_reading(self) -> None:
+        """Read again unless something else still holds the connection."""
+        if (
+            self.transport is not None
+            and not self.closed
+            and not self._held
+            and not self._suspended
+            and not self._write_paused_at
+        ):
+            self.transport.resume_reading()
 
     # --- output -------------------------------------------------------------------------------
 
@@ -170,7 +191,10 @@ class ClientV2(asyncio.Protocol):
             self._flush_timer = None
         if self._out and self.transport is not None:
             out = self._out
-            self.transport.write(out[0] if len(out) == 1 else b"".join(out))
+            data = out[0] if len(out) == 1 else b"".join(out)
+            if self._stack is not None:
+                data = self._stack.send(data)
+            self.transport.write(data)
             out.clear()
         self._out_len = 0
         self._flush_now = False
@@ -225,8 +249,7 @@ class ClientV2(asyncio.Protocol):
             self.close_after_flush()
             return
         self.flush()
-        if self.transport is not None and not self.closed and not self._write_paused_at:
-            self.transport.resume_reading()
+        self._resume_reading()
 
     # --- heartbeats ---------------------------------------------------------------------------
 
@@ -399,6 +422,10 @@ class ClientV2(asyncio.Protocol):
             v = data.get(key, "")
             if v is not None and not isinstance(v, str):
                 return f"failed to decode JSON body ({key})"
+        for key in ("feature_negotiation", "tls_v1", "snappy", "deflate"):
+            v = data.get(key)
+            if v is not None and not isinstance(v, bool):
+                return f"failed to decode JSON body ({key})"
         opts = self.nsqd.options
         hb = ints["heartbeat_interval"]
         if hb == -1:
@@ -449,6 +476,11 @@ class ClientV2(asyncio.Protocol):
         self._schedule_heartbeat()
         return None
 
+    def has_authorizations(self) -> bool:
+        """Go's HasAuthorizations: AUTH succeeded with at least one authorization."""
+        st = self.auth_state
+        return st is not None and bool(st.authorizations)
+
     # --- stats --------------------------------------------------------------------------------
 
     def stats(self) -> dict[str, Any]:
@@ -466,15 +498,28 @@ class ClientV2(asyncio.Protocol):
             "requeue_count": self.requeue_count,
             "connect_ts": self.connect_ts,
             "sample_rate": self.sample_rate,
-            "deflate": False,
-            "snappy": False,
+            "deflate": self.deflate,
+            "snappy": self.snappy,
             "user_agent": self.user_agent,
-            "tls": False,
+            "authed": self.has_authorizations(),
+            "auth_identity": "",
+            "auth_identity_url": "",
+            "tls": self.tls,
             "tls_cipher_suite": "",
             "tls_version": "",
             "tls_negotiated_protocol": "",
             "tls_negotiated_protocol_is_mutual": False,
         }
+        if self.auth_state is not None:
+            out["auth_identity"] = self.auth_state.identity
+            out["auth_identity_url"] = self.auth_state.identity_url
+        tls = self._stack.tls if self.tls and self._stack is not None else None
+        if tls is not None:
+            out["tls_cipher_suite"] = tls.cipher()
+            out["tls_version"] = tls.version()
+            proto = tls.negotiated_protocol()
+            out["tls_negotiated_protocol"] = proto
+            out["tls_negotiated_protocol_is_mutual"] = True  # Go: always true (deprecated)
         if self.pub_counts:
             out["pub_counts"] = [{"topic": t, "count": c} for t, c in self.pub_counts.items()]
         return out

@@ -21,6 +21,8 @@ The router, response styles and request helpers are shared with the other daemon
 ``symbol``, ``block`` and ``threadcreate`` have no Python meaning and answer 404
 ``NOT_FOUND``. ``PUT /debug/setblockrate`` validates ``rate`` like Go and is a no-op;
 ``POST /debug/freememory`` runs a full ``gc.collect()`` plus glibc ``malloc_trim(0)``.
+
+``GET /metrics`` (Prometheus) is an nsqpy addition, see :mod:`nsqpy.metrics`.
 """
 
 from __future__ import annotations
@@ -30,6 +32,7 @@ import gc
 import logging
 import re
 import socket
+import ssl
 import sys
 from typing import TYPE_CHECKING, Any
 
@@ -107,9 +110,13 @@ def _split_text_mpub(data: bytes, limit: int, max_msg_size: int) -> list[bytes]:
 class HTTPServer:
     """Routes and handlers of nsqd's HTTP API, bound to one :class:`NSQD`."""
 
-    def __init__(self, nsqd: NSQD) -> None:
+    def __init__(self, nsqd: NSQD, tls: bool = False) -> None:
         self.nsqd = nsqd
+        #: the HTTPS listener's server (never answers TLS_REQUIRED)
+        self.tls = tls
         self.router = Router(log)
+        #: the Prometheus registry, made at the first GET /metrics
+        self._metrics: Any = None
         self.pprof = Pprof(
             "nsqd", mem_stats, "/debug/freememory        POST: gc.collect() and malloc_trim(0)\n"
         )
@@ -119,6 +126,7 @@ class HTTPServer:
         r("POST", "/pub", self.pub, logged=False)
         r("POST", "/mpub", self.mpub, logged=False)
         r("GET", "/stats", self.stats)
+        r("GET", "/metrics", self.metrics)
         r("POST", "/topic/create", self.topic_create)
         r("POST", "/topic/delete", self.topic_delete)
         r("POST", "/topic/empty", self.topic_empty)
@@ -137,9 +145,9 @@ class HTTPServer:
 
     async def dispatch(self, request: web.Request) -> web.StreamResponse:
         nsqd = self.nsqd
-        if nsqd.options.tls_required == "true":
+        if not self.tls and nsqd.options.tls_required == "true":
             # plain HTTP while TLS is required (``tcp-https`` exempts HTTP); Go's exact bytes
-            https_port = getattr(nsqd, "https_port", 0)  # no HTTPS listener yet: Go gives 0
+            https_port = nsqd.https_port
             return web.Response(
                 status=403,
                 body=f'{{"message": "TLS_REQUIRED", "https_port": {https_port}}}'.encode(),
@@ -354,6 +362,15 @@ class HTTPServer:
             return stats_document(self.nsqd, topic, channel, include_clients, include_mem)
         return stats_text(self.nsqd, topic, channel, include_clients, include_mem)
 
+    async def metrics(self, request: web.Request, params: Params) -> Any:
+        """Prometheus metrics (an nsqpy addition; see :mod:`nsqpy.metrics`)."""
+        from ..metrics import nsqd_registry, render
+
+        if self._metrics is None:
+            self._metrics = nsqd_registry(self.nsqd)
+        body, content_type = render(self._metrics, request.headers.get("Accept", ""))
+        return web.Response(body=body, headers={"Content-Type": content_type})
+
     async def config(self, request: web.Request, params: Params) -> Any:
         opt = params["opt"]
         opts = self.nsqd.options
@@ -419,8 +436,10 @@ def _malloc_trim() -> None:
         pass
 
 
-async def start_http(nsqd: NSQD, sock: socket.socket) -> web.AppRunner:
-    """Serve nsqd's HTTP API on an already-bound listening socket."""
-    server = HTTPServer(nsqd)
+async def start_http(
+    nsqd: NSQD, sock: socket.socket, ssl_context: ssl.SSLContext | None = None
+) -> web.AppRunner:
+    """Serve nsqd's HTTP API (HTTPS with ``ssl_context``) on an already-bound socket."""
+    server = HTTPServer(nsqd, tls=ssl_context is not None)
     install_gc_tracker()
-    return await serve(server.dispatch, sock)
+    return await serve(server.dispatch, sock, ssl_context)

@@ -21,6 +21,7 @@ import struct
 from typing import TYPE_CHECKING
 
 from .. import NSQ_VERSION
+from ..daemon import format_address
 from ..protocol.lookup import MAGIC_V1, identify, ping, register, unregister
 
 if TYPE_CHECKING:
@@ -62,10 +63,19 @@ class LookupPeer:
             self._queue.put_nowait(cmd)
 
     async def close(self) -> None:
-        if self._task is not None:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError, Exception):
-                await asyncio.wait_for(self._task, CLOSE_TIMEOUT)
+        task = self._task
+        if task is not None:
+            # cancel until it is done: Python 3.11's wait_for can swallow a cancellation
+            # that lands as its inner await completes (gh-86296), and the session would
+            # then wait for its next PING
+            loop = asyncio.get_running_loop()
+            deadline = loop.time() + CLOSE_TIMEOUT
+            while not task.done() and loop.time() < deadline:
+                task.cancel()
+                await asyncio.wait({task}, timeout=0.1)
+            if task.done() and not task.cancelled():
+                with contextlib.suppress(BaseException):
+                    task.result()
         if self._writer is not None:
             self._writer.close()
 
@@ -191,6 +201,17 @@ class LookupPeers:
             if addr not in self.peers:
                 peer = self.peers[addr] = LookupPeer(self.nsqd, addr)
                 peer.start()
+
+    def http_addresses(self) -> list[str]:
+        """``host:port`` of each nsqlookupd's HTTP API, from its IDENTIFY reply (Go's
+        lookupdHTTPAddrs: peers that never answered are left out)."""
+        out = []
+        for peer in self.peers.values():
+            host = peer.info.get("broadcast_address")
+            port = peer.info.get("http_port")
+            if isinstance(host, str) and host and isinstance(port, int):
+                out.append(format_address(host, port))
+        return out
 
     def notify(self, cmd: bytes) -> None:
         for peer in self.peers.values():

@@ -38,6 +38,8 @@ async def serve(opts: Options) -> None:
         print(f"nsqd TCP address: {nsqd.tcp_addr_str}", flush=True)
         if nsqd.http_address is not None:
             print(f"nsqd HTTP address: {nsqd.http_addr_str}", flush=True)
+        if nsqd.https_address is not None:
+            print(f"nsqd HTTPS address: {nsqd.https_addr_str}", flush=True)
         await stop.wait()
     finally:
         await nsqd.stop()

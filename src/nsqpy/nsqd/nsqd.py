@@ -15,13 +15,18 @@ import itertools
 import logging
 import os
 import socket
+import ssl
 import time
 from typing import Any
+
+import aiohttp
 
 from ..daemon import format_address, split_address  # noqa: F401  (re-exported)
 from ..daemon import listen_socket as _listen_socket
 from ..protocol.frames import MESSAGE_HEADER_SIZE
-from ..protocol.names import is_valid_topic_name
+from ..protocol.names import is_ephemeral, is_valid_topic_name
+from ..transport import TransportError, server_tls_context
+from .auth import AuthClient
 from .diskqueue import DiskQueue, DiskQueueError, DiskQueueWriteError
 from .guid import GUIDFactory
 from .lookup import LookupPeers, register, unregister
@@ -40,6 +45,19 @@ MESSAGE_OVERHEAD = MESSAGE_HEADER_SIZE - 4
 METADATA_RETRY = 1.0
 
 log = logging.getLogger("nsqd")
+
+
+def https_context(opts: Options) -> ssl.SSLContext:
+    """The HTTPS listener's context (stdlib ssl, for aiohttp). With any
+    --tls-client-auth-policy a client certificate is required and verified against
+    --tls-root-ca-file: the stdlib cannot accept an unverified one as Go's ``require`` does
+    (the TCP upgrade does, through pyOpenSSL)."""
+    policy = "require-verify" if opts.tls_client_auth_policy else ""
+    ctx = server_tls_context(
+        opts.tls_cert, opts.tls_key, policy, opts.tls_root_ca_file, opts.tls_min_version.lower()
+    )
+    assert isinstance(ctx, ssl.SSLContext)
+    return ctx
 
 
 class ShutdownError(RuntimeError):
@@ -81,12 +99,33 @@ class NSQD:
         self._loop: asyncio.AbstractEventLoop | None = None
         self._tcp_server: asyncio.AbstractServer | None = None
         self._http_runner: Any = None
+        #: for nsqd's own HTTP requests (channels from nsqlookupd), made when first needed
+        self._http_session: aiohttp.ClientSession | None = None
+        self._https_runner: Any = None
+        self._https_sock: socket.socket | None = None
+        #: the TCP TLS upgrade's server context (None without --tls-cert/--tls-key)
+        self.tls_context: Any = None
+        #: asks --auth-http-address for AUTH (None: AUTH disabled)
+        self.auth_client: AuthClient | None = (
+            AuthClient(
+                opts.auth_http_addresses,
+                method=opts.auth_http_request_method,
+                connect_timeout=opts.http_client_connect_timeout,
+                request_timeout=opts.http_client_request_timeout,
+                root_ca_file=opts.tls_root_ca_file,
+            )
+            if opts.auth_http_addresses
+            else None
+        )
         self._scan_task: asyncio.Task[None] | None = None
+        #: the statsd push loop (--statsd-address), see nsqpy.nsqd.statsd
+        self._statsd: Any = None
         self._tcp_sock: socket.socket | None = None
         self._http_sock: socket.socket | None = None
         #: (host, port) actually bound, or the unix path; None when disabled.
         self.tcp_address: tuple[str, int] | str | None = None
         self.http_address: tuple[str, int] | str | None = None
+        self.https_address: tuple[str, int] | str | None = None
 
     # --- lifecycle ----------------------------------------------------------------------------
 
@@ -98,6 +137,17 @@ class NSQD:
     async def start(self) -> None:
         self._loop = asyncio.get_running_loop()
         opts = self.options
+        if opts.tls_cert or opts.tls_key:
+            try:
+                self.tls_context = server_tls_context(
+                    opts.tls_cert,
+                    opts.tls_key,
+                    opts.tls_client_auth_policy,
+                    opts.tls_root_ca_file,
+                    opts.tls_min_version.lower(),
+                )
+            except (OSError, ValueError, ssl.SSLError, TransportError) as e:
+                raise RuntimeError(f"failed to build TLS config - {e}") from None
         try:
             self._lock.acquire()
         except (OSError, RuntimeError) as e:
@@ -113,6 +163,11 @@ class NSQD:
                 raise RuntimeError(f"failed to persist metadata - {e}") from None
             await self._listen()
             self.lookup_peers.set_addresses(opts.nsqlookupd_tcp_addresses)
+            if opts.statsd_address:
+                from .statsd import StatsdLoop
+
+                self._statsd = StatsdLoop(self)
+                self._statsd.start()
         except BaseException:
             await self._close_backends()
             self._lock.release()
@@ -126,9 +181,16 @@ class NSQD:
         )
         self.tcp_address = self._bound(self._tcp_sock)
         log.info("TCP: listening on %s", self._fmt(self.tcp_address))
-        if opts.http_address:
-            from .http import start_http
+        from .http import start_http
 
+        if self.tls_context is not None and opts.https_address:
+            self._https_sock = _listen_socket(opts.https_address)
+            self._https_runner = await start_http(
+                self, self._https_sock, https_context(opts)
+            )
+            self.https_address = self._bound(self._https_sock)
+            log.info("HTTPS: listening on %s", self._fmt(self.https_address))
+        if opts.http_address:
             self._http_sock = _listen_socket(opts.http_address)
             self._http_runner = await start_http(self, self._http_sock)
             self.http_address = self._bound(self._http_sock)
@@ -159,6 +221,11 @@ class NSQD:
         return self.http_address[1] if isinstance(self.http_address, tuple) else -1
 
     @property
+    def https_port(self) -> int:
+        """The HTTPS listener's port (0 when there is none, as Go's RealHTTPSAddr)."""
+        return self.https_address[1] if isinstance(self.https_address, tuple) else 0
+
+    @property
     def broadcast_tcp_port(self) -> int:
         """The TCP port registered with nsqlookupd (--broadcast-tcp-port, else the bound one)."""
         return self.options.broadcast_tcp_port or self.tcp_port
@@ -174,6 +241,10 @@ class NSQD:
     @property
     def http_addr_str(self) -> str:
         return self._fmt(self.http_address)
+
+    @property
+    def https_addr_str(self) -> str:
+        return self._fmt(self.https_address)
 
     async def stop(self) -> None:
         """Clean shutdown: stop accepting, close clients, write every message in memory,
@@ -191,12 +262,20 @@ class NSQD:
             self._scan_task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await self._scan_task
+        if self._statsd is not None:
+            await self._statsd.stop()
         if self._http_runner is not None:
             await self._http_runner.cleanup()
+        if self._https_runner is not None:
+            await self._https_runner.cleanup()
+        if self.auth_client is not None:
+            await self.auth_client.close()
+        if self._http_session is not None:
+            await self._http_session.close()
         if self._tcp_server is not None:
             with contextlib.suppress(Exception):
                 await asyncio.wait_for(self._tcp_server.wait_closed(), 2)
-        for addr in (self.tcp_address, self.http_address):
+        for addr in (self.tcp_address, self.http_address, self.https_address):
             if isinstance(addr, str):
                 with contextlib.suppress(OSError):
                     os.unlink(addr)
@@ -279,8 +358,64 @@ class NSQD:
             log.info("TOPIC(%s): created", name)
             if not self._loading:
                 self.lookup_peers.notify(register(name))
+                if self.options.nsqlookupd_tcp_addresses and self._loop is not None:
+                    # as Go's GetTopic: the channels lookupd knows exist before the first
+                    # message flows (it waits in the topic meanwhile)
+                    topic.starting = True
+                    self._loop.create_task(self._precreate_channels(topic))
             self.on_metadata_changed()
         return topic
+
+    async def _precreate_channels(self, topic: Topic) -> None:
+        """Create the topic's channels known to nsqlookupd (``/channels?topic=``), then let
+        its messages flow; a lookupd that fails is logged and skipped, as Go does."""
+        try:
+            addrs = self.lookup_peers.http_addresses()
+            if not addrs:
+                log.error(
+                    "no available nsqlookupd to query for channels to pre-create for topic %s",
+                    topic.name,
+                )
+            names: list[str] = []
+            errors = []
+            for addr in addrs:
+                try:
+                    names += await self._lookupd_channels(addr, topic.name)
+                except (aiohttp.ClientError, TimeoutError, OSError, ValueError) as e:
+                    errors.append(f"{addr}: {e or type(e).__name__}")
+            if errors:
+                log.warning(
+                    "failed to query nsqlookupd for channels to pre-create for topic %s - %s",
+                    topic.name, "; ".join(errors),
+                )
+            if topic.exiting or self.topics.get(topic.name) is not topic:
+                return
+            for name in dict.fromkeys(names):
+                if is_valid_topic_name(name) and not is_ephemeral(name):
+                    topic.get_channel(name)
+        finally:
+            topic.starting = False
+            if not topic.exiting:
+                topic.flow()
+
+    async def _lookupd_channels(self, addr: str, topic: str) -> list[str]:
+        opts = self.options
+        if self._http_session is None:
+            self._http_session = aiohttp.ClientSession(
+                timeout=aiohttp.ClientTimeout(
+                    total=opts.http_client_request_timeout,
+                    connect=opts.http_client_connect_timeout,
+                )
+            )
+        url = f"http://{addr}/channels"
+        async with self._http_session.get(url, params={"topic": topic}) as resp:
+            if resp.status != 200:
+                raise ValueError(f"got response {resp.status}")
+            doc = await resp.json(content_type=None)
+        chans = doc.get("channels") if isinstance(doc, dict) else None
+        if not isinstance(chans, list):
+            raise ValueError("no channels in the response")
+        return [c for c in chans if isinstance(c, str)]
 
     def get_existing_topic(self, name: str) -> Topic | None:
         return self.topics.get(name)

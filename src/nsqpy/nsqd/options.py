@@ -368,14 +368,6 @@ def validate(opts: Options) -> None:
 
 #: Option field → what it would turn on. Delete an entry when its feature lands.
 UNBUILT_FEATURES: dict[str, str] = {
-    "tls_cert": "TLS (certificate)",
-    "tls_key": "TLS (private key)",
-    "tls_root_ca_file": "TLS client certificate verification",
-    "tls_client_auth_policy": "TLS client certificate policy",
-    "tls_required": "requiring TLS from clients",
-    "auth_http_addresses": "AUTH against an auth server",
-    "statsd_address": "pushing stats to statsd",
-    "e2e_processing_latency_percentiles": "end-to-end latency percentiles",
     "enable_experiment": "experimental features",
 }
 

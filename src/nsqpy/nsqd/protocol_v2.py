@@ -9,10 +9,11 @@ buffer, heartbeats, flow control, in-flight tracking, the transport upgrades) li
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
-from collections.abc import Callable
-from typing import TYPE_CHECKING
+from collections.abc import Callable, Coroutine
+from typing import TYPE_CHECKING, Any
 
 from .. import NSQ_VERSION
 from ..goflags import go_quote
@@ -34,6 +35,8 @@ from .client_v2 import (
     fatal,
     parse_base10,
 )
+from ..transport import DeflateLayer, SnappyLayer, Stack, TLSLayer, TransportError
+from .auth import AuthError, AuthState
 from .diskqueue import DiskQueueError
 from .topic import TopicExitingError
 
@@ -41,6 +44,9 @@ if TYPE_CHECKING:
     from .nsqd import NSQD
 
 log = logging.getLogger("nsqd")
+
+#: Seconds a client has to finish the TLS handshake after IDENTIFY (Go's deadline).
+TLS_HANDSHAKE_TIMEOUT = 5.0
 
 
 class ProtocolV2(ClientV2):
@@ -50,6 +56,10 @@ class ProtocolV2(ClientV2):
         super().__init__(nsqd)
         self._magic = b""
         self._parser = CommandParser()
+        #: commands fail until the TLS upgrade (--tls-required, except for IDENTIFY)
+        self._tls_block = nsqd.options.tls_required != "false"
+        self._handshake_timer: asyncio.TimerHandle | None = None
+        self._pending_compression: tuple[str, int] | None = None
         self._handlers: dict[bytes, Callable[[list[bytes], bytes | None], None]] = {
             b"PUB": self._pub,
             b"MPUB": self._mpub,
@@ -69,6 +79,10 @@ class ProtocolV2(ClientV2):
         if self.closed:
             return
         self._last_read = self.nsqd.loop.time()
+        if self._stack is not None:
+            data = self._unwrap(data)
+            if not data:
+                return
         if len(self._magic) < 4:
             need = 4 - len(self._magic)
             self._magic += data[:need]
@@ -82,16 +96,22 @@ class ProtocolV2(ClientV2):
                 return
             if not data:
                 return
+        self._parser.feed(data)
+        self._process()
+
+    def _process(self) -> None:
+        """Run every complete command buffered, then write the answers once."""
         parser = self._parser
-        parser.feed(data)
         handlers = self._handlers
         validate = self._validate
-        while not self.closed:
+        while not self.closed and not self._suspended:
             try:
                 cmd = parser.next(validate)
                 if cmd is None:
                     break
                 name, params, body = cmd
+                if self._tls_block and name != b"IDENTIFY":
+                    raise self._tls_required_error(name)
                 handler = handlers.get(name)
                 if handler is None:
                     raise fatal("E_INVALID", "invalid command " + name.decode("utf-8", "replace"))
@@ -108,9 +128,197 @@ class ProtocolV2(ClientV2):
                     return
         self.flush()
 
+    def _error(self, err: ProtocolError) -> None:
+        log.error("[%s] - %s", self.remote_address, err.text())
+        self._append(encode_error(err.text().encode()))
+        if err.fatal:
+            self.close_after_flush()
+
+    # --- transport upgrades (TLS, snappy, deflate) ---------------------------------------------
+
+    def _unwrap(self, data: bytes) -> bytes:
+        """Wire bytes through the transport stack (TLS, then decompression)."""
+        stack = self._stack
+        assert stack is not None
+        try:
+            data = stack.receive(data)
+        except TransportError as e:
+            alert = stack.output()  # a TLS alert for the peer, as Go's handshake sends
+            if alert and self.transport is not None:
+                self.transport.write(alert)
+            if self._handshake_timer is not None:
+                self._tls_failed(str(e))
+            else:
+                log.error("[%s] failed to read command - %s", self.remote_address, e)
+                self.abort()
+            return b""
+        out = stack.output()
+        if out and self.transport is not None:
+            self.transport.write(out)
+        if self._handshake_timer is not None:
+            tls = stack.tls
+            if tls is None or not tls.handshake_done:
+                return data
+            self._tls_established()
+            if self.closed:
+                return b""
+        return data
+
+    def _start_tls(self, compression: tuple[str, int] | None) -> None:
+        """After the plain IDENTIFY response: the TLS handshake (the OK goes over TLS once it
+        completes, then the compression upgrade); commands wait meanwhile."""
+        ctx = self.nsqd.tls_context
+        assert ctx is not None
+        log.info("PROTOCOL(V2): [%s] upgrading connection to TLS", self.remote_address)
+        self._stack = Stack()
+        self._stack.push(TLSLayer(ctx, server_side=True))
+        self._pending_compression = compression
+        self._suspended = True
+        self._handshake_timer = self.nsqd.loop.call_later(
+            TLS_HANDSHAKE_TIMEOUT, self._tls_failed, "TLS handshake timeout"
+        )
+        leftover = self._parser.take_buffered()
+        if leftover:
+            rest = self._unwrap(leftover)
+            if rest:
+                self._parser.feed(rest)
+
+    def _tls_established(self) -> None:
+        assert self._handshake_timer is not None
+        self._handshake_timer.cancel()
+        self._handshake_timer = None
+        self.tls = True
+        self._tls_block = False
+        self._append(OK_FRAME)
+        self.flush()
+        if self._pending_compression is not None:
+            kind, level = self._pending_compression
+            self._pending_compression = None
+            self._compress(kind, level)
+        self._suspended = False
+        self._resume_reading()
+
+    def _tls_failed(self, reason: str) -> None:
+        """A failed handshake: Go's E_IDENTIFY_FAILED, written in plain text, then close."""
+        if self._handshake_timer is not None:
+            self._handshake_timer.cancel()
+            self._handshake_timer = None
+        if self.closed:
+            return
+        text = f"E_IDENTIFY_FAILED IDENTIFY failed {reason}"
+        log.error("[%s] - %s", self.remote_address, text)
+        self._stack = None
+        self._out.clear()
+        self._append(encode_error(text.encode()))
+        self.close_after_flush()
+
+    def _compress(self, kind: str, level: int) -> None:
+        """snappy or deflate on top of the stack; Go's OK goes through it."""
+        if kind == "snappy":
+            log.info("PROTOCOL(V2): [%s] upgrading connection to snappy", self.remote_address)
+            layer: SnappyLayer | DeflateLayer = SnappyLayer()
+            self.snappy = True
+        else:
+            log.info(
+                "PROTOCOL(V2): [%s] upgrading connection to deflate (level %d)",
+                self.remote_address, level,
+            )
+            layer = DeflateLayer(level)
+            self.deflate = True
+        leftover = self._parser.take_buffered()
+        if self._stack is None:
+            self._stack = Stack()
+        pending = self._stack.push(layer, leftover)
+        self._append(OK_FRAME)
+        self.flush()
+        if pending:
+            self._parser.feed(pending)
+
+    def _tls_required_error(self, name: bytes) -> ProtocolError:
+        cmd = name.decode("utf-8", "replace")
+        return fatal("E_INVALID", f"cannot {cmd} in current state (TLS required)")
+
+    # --- AUTH ------------------------------------------------------------------------------------
+
+    def _suspend(self, work: Coroutine[Any, Any, Any], then: Callable[[Any], None]) -> None:
+        """Stop running commands (and reading) until ``work`` is done; then ``then(result)``
+        runs (it may raise ProtocolError) and the buffered commands continue."""
+        self._suspended = True
+        if self.transport is not None:
+            self.transport.pause_reading()
+        task = self.nsqd.loop.create_task(work)
+        task.add_done_callback(lambda t: self._resume_after(t, then))
+
+    def _resume_after(self, task: asyncio.Task[Any], then: Callable[[Any], None]) -> None:
+        self._suspended = False
+        if self.closed or task.cancelled():
+            return
+        try:
+            then(task.result())
+        except ProtocolError as err:
+            self._error(err)
+            if err.fatal:
+                return
+        self._resume_reading()
+        self._process()
+
+    async def _query_auth(self) -> AuthState | AuthError:
+        """Go's QueryAuthd for this client (errors are returned, to be logged once)."""
+        client = self.nsqd.auth_client
+        assert client is not None
+        remote_ip = ""
+        peer = self.transport.get_extra_info("peername") if self.transport is not None else None
+        if isinstance(peer, tuple):
+            remote_ip = str(peer[0])
+        common_name = ""
+        tls = self._stack.tls if self.tls and self._stack is not None else None
+        if tls is not None:
+            common_name = tls.peer_common_name()
+        try:
+            return await client.query_any(remote_ip, self.tls, common_name, self.auth_secret)
+        except AuthError as e:
+            return e
+
+    def _check_auth(
+        self, cmd: str, topic: str, channel: str, retry: Callable[[], None] | None
+    ) -> bool:
+        """Go's CheckAuth. True: allowed now. False: the authorizations expired and are being
+        fetched again; ``retry`` runs the command once they are back. Raises the fatal
+        E_AUTH_FIRST / E_AUTH_FAILED / E_UNAUTHORIZED."""
+        if self.nsqd.auth_client is None:
+            return True
+        st = self.auth_state
+        if st is None or not st.authorizations:
+            raise fatal("E_AUTH_FIRST", f"AUTH required before {cmd}")
+        if st.is_expired():
+            if retry is None:
+                return True  # checked again once the body is read
+            def refreshed(result: AuthState | AuthError) -> None:
+                if isinstance(result, AuthError):
+                    log.warning("PROTOCOL(V2): [%s] AUTH failed %s", self.remote_address, result)
+                    raise fatal("E_AUTH_FAILED", "AUTH failed")
+                self.auth_state = result
+                if not result.is_allowed(topic, channel):
+                    raise fatal(
+                        "E_UNAUTHORIZED",
+                        f"AUTH failed for {cmd} on {go_quote(topic)} {go_quote(channel)}",
+                    )
+                retry()
+
+            self._suspend(self._query_auth(), refreshed)
+            return False
+        if not st.is_allowed(topic, channel):
+            raise fatal(
+                "E_UNAUTHORIZED",
+                f"AUTH failed for {cmd} on {go_quote(topic)} {go_quote(channel)}",
+            )
+        return True
+
     # --- validation before a body is buffered ----------------------------------------------------
 
     def _validate(self, name: bytes, params: list[bytes], size: int | None) -> None:
+        if self._tls_block and name != b"IDENTIFY" and size is None:
+            raise self._tls_required_error(name)
         opts = self.nsqd.options
         if name == b"PUB" or name == b"DPUB":
             cmd = name.decode()
@@ -135,7 +343,9 @@ class ProtocolV2(ClientV2):
             if size is None:
                 if len(params) < 2:
                     raise fatal("E_INVALID", "MPUB insufficient number of parameters")
-                self._check_topic("MPUB", params[1], prefix="E_BAD_TOPIC ")
+                topic = self._check_topic("MPUB", params[1], prefix="E_BAD_TOPIC ")
+                # Go checks MPUB's authorization before reading its body
+                self._check_auth("MPUB", topic, "", None)
                 return
             if size <= 0:
                 raise fatal("E_BAD_BODY", f"MPUB invalid body size {size}")
@@ -179,29 +389,66 @@ class ProtocolV2(ClientV2):
         if not data.get("feature_negotiation"):
             self._append(OK_FRAME)
             return
-        opts = self.nsqd.options
+        nsqd = self.nsqd
+        opts = nsqd.options
+        tlsv1 = nsqd.tls_context is not None and bool(data.get("tls_v1"))
+        deflate = opts.deflate and bool(data.get("deflate"))
         deflate_level = 6
+        requested_level = data.get("deflate_level") or 0
+        if deflate and requested_level > 0:
+            deflate_level = requested_level
         if opts.max_deflate_level < deflate_level:
             deflate_level = opts.max_deflate_level
+        snappy = opts.snappy and bool(data.get("snappy"))
+        if deflate and snappy:
+            raise fatal("E_IDENTIFY_FAILED", "cannot enable both deflate and snappy compression")
         resp = {
             "max_rdy_count": opts.max_rdy_count,
             "version": NSQ_VERSION,
             "max_msg_timeout": int(opts.max_msg_timeout * 1000),
             "msg_timeout": int(self.msg_timeout * 1000),
-            "tls_v1": False,
-            "deflate": False,
+            "tls_v1": tlsv1,
+            "deflate": deflate,
             "deflate_level": deflate_level,
             "max_deflate_level": opts.max_deflate_level,
-            "snappy": False,
+            "snappy": snappy,
             "sample_rate": self.sample_rate,
-            "auth_required": False,
+            "auth_required": nsqd.auth_client is not None,
             "output_buffer_size": self.output_buffer_size,
             "output_buffer_timeout": int(self.output_buffer_timeout * 1000),
         }
         self._append(encode_response(json.dumps(resp, separators=(",", ":")).encode()))
+        compression = ("snappy", 0) if snappy else ("deflate", deflate_level) if deflate else None
+        if tlsv1 or compression is not None:
+            self.flush()  # the response goes out before the upgrade, in plain text
+        if tlsv1:
+            self._start_tls(compression)
+        elif compression is not None:
+            self._compress(*compression)
 
     def _auth(self, params: list[bytes], body: bytes | None) -> None:
-        raise fatal("E_AUTH_DISABLED", "AUTH disabled")
+        if self.has_authorizations():
+            raise fatal("E_INVALID", "AUTH already set")
+        if self.nsqd.auth_client is None:
+            raise fatal("E_AUTH_DISABLED", "AUTH disabled")
+        self.auth_secret = (body or b"").decode("utf-8", "replace")
+
+        def answered(result: AuthState | AuthError) -> None:
+            if isinstance(result, AuthError):
+                # the auth server's errors are not for untrusted clients: logged only
+                log.warning("PROTOCOL(V2): [%s] AUTH failed %s", self.remote_address, result)
+                raise fatal("E_AUTH_FAILED", "AUTH failed")
+            self.auth_state = result
+            if not result.authorizations:
+                raise fatal("E_UNAUTHORIZED", "AUTH no authorizations found")
+            resp = {
+                "identity": result.identity,
+                "identity_url": result.identity_url,
+                "permission_count": len(result.authorizations),
+            }
+            self._append(encode_response(json.dumps(resp, separators=(",", ":")).encode()))
+
+        self._suspend(self._query_auth(), answered)
 
     def _sub(self, params: list[bytes], body: bytes | None) -> None:
         if self.state != STATE_INIT:
@@ -216,6 +463,10 @@ class ProtocolV2(ClientV2):
         channel_name = params[2].decode("utf-8", "replace")
         if not is_valid_channel_name(channel_name):
             raise fatal("E_BAD_CHANNEL", f"SUB channel name {go_quote(channel_name)} is not valid")
+        if not self._check_auth(
+            "SUB", topic_name, channel_name, lambda: self._sub(params, body)
+        ):
+            return
         nsqd = self.nsqd
         if nsqd.exiting:
             raise fatal("E_INVALID", "cannot SUB in current state")
@@ -269,6 +520,8 @@ class ProtocolV2(ClientV2):
             if msg is not None and msg.client is self:
                 del ch.in_flight[msg_id]
                 msg.client = None
+                if ch.e2e is not None:
+                    ch.record_latency(msg.timestamp)
                 self.finish_count += 1
                 self.in_flight_count -= 1
                 if not self.in_flight_count:
@@ -329,6 +582,10 @@ class ProtocolV2(ClientV2):
 
     def _publish(self, code: str, cmd: str, topic_name: str, bodies: list[bytes], defer: float) -> None:
         nsqd = self.nsqd
+        if nsqd.auth_client is not None and not self._check_auth(
+            cmd, topic_name, "", lambda: self._publish(code, cmd, topic_name, bodies, defer)
+        ):
+            return
         try:
             if nsqd.exiting:
                 raise TopicExitingError()

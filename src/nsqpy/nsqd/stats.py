@@ -2,7 +2,8 @@
 
 Shapes follow NSQ 1.3.0 (``nsqd/stats.go``, ``doStats``/``printStats`` in ``nsqd/http.go``):
 field names and their order, topics and channels sorted by name, the filters, and where Go
-emits ``null`` rather than ``[]``. The same functions serve ``/stats`` now and statsd later.
+emits ``null`` rather than ``[]``. The same functions serve ``/stats``, statsd
+(:mod:`nsqpy.nsqd.statsd`) and the Prometheus collector (:mod:`nsqpy.metrics`).
 
 Memory figures are cheap Python stand-ins for Go's ``runtime.MemStats`` (see
 :func:`mem_stats`); GC pauses are measured by a ``gc.callbacks`` hook installed once per
@@ -23,11 +24,13 @@ from typing import TYPE_CHECKING, Any
 from .. import NSQ_VERSION
 from ..goflags import format_duration_ns
 from ..httpapi import go_json  # noqa: F401  (re-exported: stats.go_json)
+from .quantile import NO_RESULT
 
 if TYPE_CHECKING:
     from .channel import Channel
     from .nsqd import NSQD
     from .client_v2 import ClientV2
+    from .quantile import Quantile
     from .topic import Topic
 
 #: ``ClientV2Stats`` JSON keys in Go's struct order (NSQ 1.3.0).
@@ -115,10 +118,13 @@ def nanoseconds_to_human(v: float) -> str:
 # --- e2e processing latency -------------------------------------------------------------------
 
 
-def e2e_result() -> dict[str, Any]:
-    """``quantile.Result`` JSON. No latency streams yet: Go's stream is nil without
-    ``--e2e-processing-latency-percentile`` and its ``Result()`` is the zero value."""
-    return {"count": 0, "percentiles": None}
+def e2e_result(stream: Quantile | None = None, now_ns: int | None = None) -> dict[str, Any]:
+    """A channel's ``quantile.Result`` JSON (see :mod:`nsqpy.nsqd.quantile`). Without
+    ``--e2e-processing-latency-percentile`` Go's stream is nil and its ``Result()`` is the
+    zero value, ``{"count": 0, "percentiles": null}``."""
+    if stream is None:
+        return dict(NO_RESULT)
+    return stream.result(time.time_ns() if now_ns is None else now_ns)
 
 
 def _e2e_text(result: dict[str, Any]) -> str:
@@ -154,7 +160,8 @@ def client_stats(client: ClientV2, topic_filter: str = "") -> dict[str, Any]:
 
 
 def channel_stats(
-    channel: Channel, include_clients: bool = True, topic_filter: str = ""
+    channel: Channel, include_clients: bool = True, topic_filter: str = "",
+    now_ns: int | None = None,
 ) -> dict[str, Any]:
     clients = channel.clients
     return {
@@ -173,11 +180,13 @@ def channel_stats(
             else None
         ),
         "paused": channel.paused,
-        "e2e_processing_latency": e2e_result(),
+        "e2e_processing_latency": e2e_result(channel.e2e, now_ns),
     }
 
 
-def topic_stats(topic: Topic, channels: list[dict[str, Any]]) -> dict[str, Any]:
+def topic_stats(
+    topic: Topic, channels: list[dict[str, Any]], now_ns: int | None = None
+) -> dict[str, Any]:
     return {
         "topic_name": topic.name,
         "channels": channels,
@@ -186,8 +195,11 @@ def topic_stats(topic: Topic, channels: list[dict[str, Any]]) -> dict[str, Any]:
         "message_count": topic.message_count,
         "message_bytes": topic.message_bytes,
         "paused": topic.paused,
-        # Go aggregates the channels' streams; with none configured it is nil
-        "e2e_processing_latency": e2e_result(),
+        # Go aggregates all the topic's channels' streams (whatever the channel filter);
+        # without any it is nil
+        "e2e_processing_latency": topic.e2e_processing_latency(
+            time.time_ns() if now_ns is None else now_ns
+        ),
     }
 
 
@@ -209,6 +221,7 @@ def get_stats(
     else:
         topics = sorted(nsqd.topics.values(), key=lambda t: t.name)
     out = []
+    now_ns = time.time_ns()
     for t in topics:
         if channel:
             c = t.channels.get(channel)
@@ -218,7 +231,9 @@ def get_stats(
         else:
             chans = sorted(t.channels.values(), key=lambda c: c.name)
         out.append(
-            topic_stats(t, [channel_stats(c, include_clients, topic) for c in chans])
+            topic_stats(
+                t, [channel_stats(c, include_clients, topic, now_ns) for c in chans], now_ns
+            )
         )
     producers = None
     if include_clients:

@@ -13,12 +13,13 @@ from __future__ import annotations
 
 import logging
 from collections import deque
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from ..protocol.names import is_ephemeral
 from .channel import Channel, decode_records, encode_messages
 from .diskqueue import DiskQueueError, DiskQueueWriteError
 from .message import Message
+from .quantile import aggregate_result
 
 if TYPE_CHECKING:
     from .diskqueue import DiskQueue
@@ -53,6 +54,7 @@ class Topic:
         "_draining",
         "_drain_at",
         "_drain_done",
+        "starting",
     )
 
     def __init__(self, name: str, nsqd: NSQD) -> None:
@@ -71,6 +73,8 @@ class Topic:
         #: each channel (by name) already took
         self._drain_at: tuple[int, int] | None = None
         self._drain_done: dict[str, int] = {}
+        #: channels known to nsqlookupd are being created: hold messages until then
+        self.starting = False
 
     # --- publishing -------------------------------------------------------------------------
 
@@ -95,7 +99,7 @@ class Topic:
             for m in msgs:
                 m.defer = defer
         self.message_bytes += sum(map(len, bodies))
-        if self.paused or not self.channels:
+        if self.paused or self.starting or not self.channels:
             must_sync = self._hold(msgs)
         else:
             must_sync = self._distribute(msgs)
@@ -146,7 +150,7 @@ class Topic:
 
     def flow(self) -> None:
         """Move held messages to the channels (first channel created, unpause, start-up)."""
-        if not self.channels or self.paused:
+        if not self.channels or self.paused or self.starting:
             return
         if self.queue:
             msgs = list(self.queue)
@@ -177,7 +181,14 @@ class Topic:
         next; the chunk leaves the topic's DiskQueue only once every channel has it."""
         self._draining = False
         b = self.backend
-        if b is None or self.exiting or self.paused or not self.channels or not b.depth:
+        if (
+            b is None
+            or self.exiting
+            or self.paused
+            or self.starting
+            or not self.channels
+            or not b.depth
+        ):
             return
         try:
             b.read_into(DRAIN_CHUNK, self._move_chunk)
@@ -249,6 +260,15 @@ class Topic:
         return True
 
     # --- admin ------------------------------------------------------------------------------
+
+    def e2e_processing_latency(self, now_ns: int) -> dict[str, Any]:
+        """Go's ``AggregateChannelE2eProcessingLatency().Result()``: the channels' latency
+        streams merged (``{"count": 0, "percentiles": null}`` when there is none)."""
+        return aggregate_result(
+            (ch.e2e for ch in self.channels.values()),
+            self.nsqd.options.e2e_processing_latency_percentiles,
+            now_ns,
+        )
 
     @property
     def depth(self) -> int:

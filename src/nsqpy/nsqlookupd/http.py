@@ -3,7 +3,8 @@
 ``GET /ping`` (plain ``OK``), ``/info``, ``/lookup?topic=``, ``/topics``, ``/channels?topic=``,
 ``/nodes``, ``/debug``; ``POST /topic/create``, ``/topic/delete``, ``/channel/create``,
 ``/channel/delete``, ``/topic/tombstone``; and the ``/debug/pprof`` equivalents (the index is
-``/debug/pprof`` without a slash, as nsqlookupd routes it). Errors are
+``/debug/pprof`` without a slash, as nsqlookupd routes it). ``GET /metrics`` (Prometheus) is
+an nsqpy addition (:mod:`nsqpy.metrics`). Errors are
 ``{"message":"<CODE>"}``: ``INVALID_REQUEST``, ``MISSING_ARG_TOPIC``, ``MISSING_ARG_CHANNEL``,
 ``MISSING_ARG_NODE``, ``INVALID_ARG_TOPIC``, ``INVALID_ARG_CHANNEL``, ``TOPIC_NOT_FOUND``,
 ``CHANNEL_NOT_FOUND``, plus the router's ``NOT_FOUND`` and ``METHOD_NOT_ALLOWED``.
@@ -64,6 +65,9 @@ class HTTPServer:
         r("POST", "/channel/create", self.channel_create)
         r("POST", "/channel/delete", self.channel_delete)
         r("POST", "/topic/tombstone", self.topic_tombstone)
+        r("GET", "/metrics", self.metrics)
+        #: the Prometheus registry, made at the first GET /metrics
+        self._metrics: Any = None
         Pprof("nsqlookupd").install(self.router, "/debug/pprof")
 
     async def dispatch(self, request: web.Request) -> web.StreamResponse:
@@ -104,6 +108,15 @@ class HTTPServer:
 
     async def debug(self, request: web.Request, params: Params) -> Any:
         return self.db.debug()
+
+    async def metrics(self, request: web.Request, params: Params) -> Any:
+        """Prometheus metrics (an nsqpy addition; see :mod:`nsqpy.metrics`)."""
+        from ..metrics import lookupd_registry, render
+
+        if self._metrics is None:
+            self._metrics = lookupd_registry(self.lookupd)
+        body, content_type = render(self._metrics, request.headers.get("Accept", ""))
+        return web.Response(body=body, headers={"Content-Type": content_type})
 
     # --- changes ------------------------------------------------------------------------
 

@@ -60,6 +60,16 @@ class CommandParser:
         """Bytes received but not yet consumed."""
         return len(self._buf) - self._pos
 
+    def take_buffered(self) -> bytes:
+        """Remove and return the bytes received but not consumed (a connection upgrade: they
+        belong to the layer below the commands now). Only between commands."""
+        if self._pending_name is not None:
+            raise RuntimeError("take_buffered() in the middle of a command")
+        data = bytes(self._buf[self._pos :])
+        self._buf = bytearray()
+        self._pos = 0
+        return data
+
     def next(self, validate: Validator | None = None) -> Command | None:
         """The next complete command, or None if more bytes are needed.
 
