@@ -132,3 +132,38 @@ def test_readme_quickstart_runs(cluster, tmp_path):
         want = b"hello world 1\nhello world 2\none\ntwo\nthree\n"
         wait_until(lambda: consumer.stdout() == want, what="the pynsq consumer's five lines")
         wait_until(lambda: channels(nsqd, "test")["quickstart"]["depth"] == 0, what="FINs")
+
+
+def test_readme_tls_example_runs(tmp_path):
+    """The TLS section as written: openssl makes the certificate, nsqd starts with it (on
+    free ports), and the pynsq consumer (TLS + snappy, verifying the certificate) prints
+    what was published over HTTP."""
+    ex = examples()
+    res = subprocess.run(["bash", "-c", ex["tls-cert"]], cwd=tmp_path, capture_output=True,
+                         text=True, timeout=60)
+    assert res.returncode == 0, res.stderr
+    mkdir, cmd = ex["tls-nsqd"].split("\n", 1)
+    subprocess.run(["bash", "-c", mkdir], cwd=tmp_path, check=True, timeout=10)
+    cmd = (cmd.replace("127.0.0.1:4150", "127.0.0.1:0")
+           .replace("127.0.0.1:4151", "127.0.0.1:0").replace("127.0.0.1:4152", "127.0.0.1:0")
+           .replace(".venv/bin/", f"{BIN_DIR}/").replace("\\\n", " "))
+    nsqd = ToolProcess("nsqd", [], tmp_path, argv=["bash", "-c", "exec " + cmd], cwd=tmp_path)
+    with nsqd:
+        wait_until(lambda: b"nsqd HTTPS address:" in nsqd.stdout(), what="nsqd listening")
+        addrs = dict(line.split(" address: ") for line in nsqd.stdout().decode().splitlines()
+                     if " address: " in line)
+        tcp, http = addrs["nsqd TCP"], addrs["nsqd HTTP"]
+        import urllib.request
+
+        for body in (b"over tls 1", b"over tls 2"):
+            urllib.request.urlopen(urllib.request.Request(
+                f"http://{http}/pub?topic=test", data=body, method="POST"), timeout=5).read()
+        code = ex["tls-consumer"].replace("127.0.0.1:4150", tcp)
+        with ToolProcess("tls-consumer", [], tmp_path, argv=[sys.executable, "-c", code],
+                         env=dict(os.environ, PYTHONUNBUFFERED="1"), cwd=tmp_path) as consumer:
+            wait_until(lambda: consumer.stdout() == b"over tls 1\nover tls 2\n",
+                       what="the TLS consumer's two lines")
+            status = urllib.request.urlopen(f"http://{http}/stats?format=json&topic=test",
+                                            timeout=5).read()
+            client = json.loads(status)["topics"][0]["channels"][0]["clients"][0]
+            assert client["tls"] is True and client["snappy"] is True, client

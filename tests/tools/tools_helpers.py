@@ -31,7 +31,8 @@ class ToolProcess:
     always stopped by its PID."""
 
     def __init__(self, name: str, args: Sequence[str], log_dir: Path, stdin_pipe: bool = False,
-                 argv: Sequence[str] | None = None, env: dict[str, str] | None = None) -> None:
+                 argv: Sequence[str] | None = None, env: dict[str, str] | None = None,
+                 cwd: Path | None = None) -> None:
         """Start console script ``name`` with ``args`` (or run ``argv`` as is)."""
         self.name = name
         log_dir.mkdir(parents=True, exist_ok=True)
@@ -44,6 +45,7 @@ class ToolProcess:
                 stdout=out,
                 stderr=err,
                 env=env,
+                cwd=cwd,
             )
 
     def stdout(self) -> bytes:
