@@ -7,7 +7,8 @@ with the send time (time.time_ns(), int64 big-endian). One consumer (this proces
 IDENTIFY with output buffering disabled by default, RDY --rdy) stamps each received chunk
 with time.time_ns() and records receive - send per message. Prints count, p50, p90, p99,
 p99.9 and max in ms. Publisher and consumer share the host clock. Raw TCP protocol V2;
-nothing from nsqpy is imported.
+nothing from nsqpy is imported unless --snappy or --deflate asks for its compressors
+(--tls uses the stdlib's ssl); both connections upgrade alike.
 """
 
 from __future__ import annotations
@@ -52,7 +53,9 @@ def build_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--grace", type=nb.parse_duration, default=5.0,
                    help="how long to wait for outstanding messages after publishing stops")
     p.add_argument("--json", action="store_true", help="also print one JSON result line on stdout")
+    nb.add_upgrade_args(p)
     args = p.parse_args(nb.go_flags(argv))
+    nb.check_upgrade_args(p, args)
     if args.size < 8:
         p.error("--size must be >= 8 (the timestamp)")
     if args.rate <= 0 or args.max_batch < 1:
@@ -68,7 +71,9 @@ def publisher(args: argparse.Namespace, conn) -> None:
     try:
         sock = nb.connect(args.nsqd_tcp_address)
         reader = nb.FrameReader(sock)
-        nb.handshake_identify(sock, reader, nb.client_fields("latency-writer"))
+        # the socket itself, or an nb.UpgradedConn with --tls/--snappy/--deflate
+        sock, _ = nb.identify_and_upgrade(
+            sock, reader, nb.client_fields("latency-writer"), args)
         sock.settimeout(None)  # blocking sends; MSG_DONTWAIT for the non-blocking reads
     except Exception as exc:
         conn.send({"error": f"{type(exc).__name__}: {exc}"})
@@ -83,7 +88,9 @@ def publisher(args: argparse.Namespace, conn) -> None:
         sock.close()
 
 
-def _publish(sock: socket.socket, reader: nb.FrameReader, args: argparse.Namespace) -> dict:
+def _publish(
+    sock: socket.socket | nb.UpgradedConn, reader: nb.FrameReader, args: argparse.Namespace
+) -> dict:
     topic = args.topic.encode()
     pub_head = b"PUB " + topic + b"\n" + struct.pack(">i", args.size)
     mpub_head = b"MPUB " + topic + b"\n"
@@ -171,13 +178,18 @@ def percentile(sorted_vals: list[int], q: float) -> float:
 
 
 def run(args: argparse.Namespace) -> int:
-    sock = nb.connect(args.nsqd_tcp_address)
+    sock: socket.socket | nb.UpgradedConn = nb.connect(args.nsqd_tcp_address)
     reader = nb.FrameReader(sock)
     fields = nb.client_fields("latency-reader")
     fields.update(feature_negotiation=True, output_buffer_size=args.output_buffer_size,
                   output_buffer_timeout=args.output_buffer_timeout)
+    upgrade = ""
     try:
-        neg = nb.handshake_identify(sock, reader, fields) or {}
+        # from here on sock is the socket itself, or an nb.UpgradedConn with the upgrade flags
+        sock, neg = nb.identify_and_upgrade(sock, reader, fields, args)
+        neg = neg or {}
+        if isinstance(sock, nb.UpgradedConn):
+            upgrade = sock.describe()
         rdy = args.rdy
         max_rdy = neg.get("max_rdy_count")
         if isinstance(max_rdy, int) and 0 < max_rdy < rdy:
@@ -296,8 +308,12 @@ def run(args: argparse.Namespace) -> int:
         "p999_ms": percentile(lat, 99.9),
         "max_ms": lat[-1] / 1e6 if lat else float("nan"),
         "publisher": pub,
+        "upgrade": nb.upgrade_name(args),
+        "negotiated": upgrade,
         "errors": errors,
     }
+    if upgrade:
+        nb.log(TOOL, f"upgrade: {upgrade}")
     nb.log(TOOL, f"rate: {args.rate:g}/s - count: {len(lat)} - p50: {res['p50_ms']:.3f}ms - "
                  f"p90: {res['p90_ms']:.3f}ms - p99: {res['p99_ms']:.3f}ms - "
                  f"p99.9: {res['p999_ms']:.3f}ms - max: {res['max_ms']:.3f}ms")

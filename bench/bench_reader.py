@@ -6,7 +6,8 @@ Modelled on nsqio/nsq bench/bench_reader: same flags and the same result line. E
 buffering), SUB, RDY --rdy; then it parses message frames in bulk out of one bytearray and
 answers each received chunk with one write holding a FIN per message. It runs for --runfor,
 or until --count messages arrived over all processes, or (--idle-timeout) until nothing has
-arrived for that long. Speaks raw TCP protocol V2; nothing from nsqpy is imported.
+arrived for that long. Speaks raw TCP protocol V2; nothing from nsqpy is imported unless
+--snappy or --deflate asks for its compressors (--tls uses the stdlib's ssl).
 
 --parse-bench measures the parser alone on a canned in-memory stream (no sockets), so you
 can check the reader is not the bottleneck.
@@ -60,9 +61,11 @@ def build_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--parse-msgs", type=int, default=2_000_000, help="messages for --parse-bench")
     p.add_argument("--parse-chunk", type=int, default=65536,
                    help="bytes per simulated recv for --parse-bench")
+    nb.add_upgrade_args(p)
     args = p.parse_args(nb.go_flags(argv))
     if args.procs < 1 or args.rdy < 1:
         p.error("--procs and --rdy must be >= 1")
+    nb.check_upgrade_args(p, args)
     return args
 
 
@@ -137,8 +140,9 @@ def sub_worker(
     idx: int, args: argparse.Namespace, ready_q, start_ev, result_q, total, stop_ns
 ) -> None:
     """One connection: handshake and SUB, signal ready, wait for the start, RDY, consume."""
+    conn = None
     try:
-        sock = nb.connect(args.nsqd_tcp_address)
+        conn = sock = nb.connect(args.nsqd_tcp_address)
         reader = nb.FrameReader(sock)
         fields = nb.client_fields("reader")
         fields.update(
@@ -150,37 +154,44 @@ def sub_worker(
             fields["msg_timeout"] = args.msg_timeout
         if args.heartbeat_interval:
             fields["heartbeat_interval"] = args.heartbeat_interval
-        neg = nb.handshake_identify(sock, reader, fields) or {}
+        # conn: the socket itself, or an nb.UpgradedConn with --tls/--snappy/--deflate
+        conn, neg = nb.identify_and_upgrade(sock, reader, fields, args)
+        neg = neg or {}
+        upgrade = conn.describe() if conn is not sock else ""
         rdy = args.rdy
         max_rdy = neg.get("max_rdy_count")
         if isinstance(max_rdy, int) and 0 < max_rdy < rdy:
             nb.log(TOOL, f"proc {idx}: --rdy {rdy} > max_rdy_count {max_rdy}; using {max_rdy}")
             rdy = max_rdy
-        sock.sendall(f"SUB {args.topic} {args.channel}\n".encode())
+        conn.sendall(f"SUB {args.topic} {args.channel}\n".encode())
         ok = reader.expect_ok("SUB")
         if ok != b"OK":
             raise nb.ProtocolError(f"SUB: unexpected reply {ok[:100]!r}")
     except Exception as exc:
         ready_q.put((idx, f"{type(exc).__name__}: {exc}"))
+        if conn is not None:
+            conn.close()
         return
     ready_q.put((idx, None))
     start_ev.wait()
     core = ReaderCore(max(1 << 20, 4 * (args.size + 64)), bytes(reader.buf))
     try:
-        reason, t_end, errs, hbs = _consume(sock, core, rdy, args, total, stop_ns)
+        reason, t_end, errs, hbs = _consume(conn, core, rdy, args, total, stop_ns)
         result_q.put({"idx": idx, "msgs": core.msgs, "body_bytes": core.body_bytes, "t_end": t_end,
-                      "reason": reason, "non_fatal": errs, "heartbeats": hbs, "error": None})
+                      "reason": reason, "non_fatal": errs, "heartbeats": hbs, "upgrade": upgrade,
+                      "error": None})
     except Exception as exc:
         result_q.put({"idx": idx, "msgs": core.msgs, "body_bytes": core.body_bytes,
                       "t_end": time.monotonic_ns(), "reason": "error", "non_fatal": 0,
-                      "heartbeats": 0,
+                      "heartbeats": 0, "upgrade": upgrade,
                       "error": f"{type(exc).__name__}: {exc}"})
     finally:
-        sock.close()
+        conn.close()
 
 
 def _consume(
-    sock: socket.socket, core: ReaderCore, rdy: int, args: argparse.Namespace, total, stop_ns
+    sock: socket.socket | nb.UpgradedConn, core: ReaderCore, rdy: int, args: argparse.Namespace,
+    total, stop_ns,
 ) -> tuple[str, int, int, int]:
     """RDY, then read/parse/FIN until a stop condition: (reason, end ns, non-fatal errors,
     heartbeats). Returns "count" as soon as the shared total reaches --count."""
@@ -191,6 +202,7 @@ def _consume(
     last_msg = t0
     limit = args.count
     non_fatal = heartbeats = 0
+    # (sock is the socket, or an nb.UpgradedConn with the same methods and semantics.)
     # Blocking socket: try a non-blocking read first (under load there is always data, so one
     # syscall per chunk) and poll only when the socket is empty, to notice stop conditions.
     sock.settimeout(None)
@@ -351,6 +363,9 @@ def run(args: argparse.Namespace) -> int:
     if args.count and total_msgs < args.count:
         nb.log(TOOL, f"received {total_msgs} of --count {args.count} "
                      f"(stopped by: {', '.join(reasons)})")
+    upgrade = next((r["upgrade"] for r in results if r.get("upgrade")), "")
+    if upgrade:
+        nb.log(TOOL, f"upgrade: {upgrade}")
     nb.report(
         TOOL, end - start, total_msgs, args.size, args.json,
         procs=args.procs, rdy=args.rdy, topic=args.topic, channel=args.channel,
@@ -360,6 +375,7 @@ def run(args: argparse.Namespace) -> int:
         heartbeats=sum(r["heartbeats"] for r in results),
         per_proc=[{"idx": r["idx"], "msgs": r["msgs"], "reason": r["reason"],
                    "duration_s": (r["t_end"] - start) / 1e9} for r in results],
+        upgrade=nb.upgrade_name(args), negotiated=upgrade,
         errors=errors,
     )
     return 1 if errors else 0

@@ -5,7 +5,8 @@ Modelled on nsqio/nsq bench/bench_writer: same flags and the same result line
 ("duration: … - …mb/s - …ops/s - …us/op"). Each of --procs worker *processes* owns one
 connection (Go uses one goroutine per GOMAXPROCS; a Python client needs processes to keep a
 daemon busy) and keeps up to --pipeline MPUBs outstanding so the connection never idles.
-Speaks raw TCP protocol V2; nothing from nsqpy is imported.
+Speaks raw TCP protocol V2; nothing from nsqpy is imported unless --snappy or --deflate
+asks for its compressors (--tls uses the stdlib's ssl): see nsqbench.identify_and_upgrade.
 """
 
 from __future__ import annotations
@@ -40,9 +41,13 @@ def build_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--deadline", default="", help="'YYYY-MM-DD HH:MM:SS' (UTC) to start the run")
     p.add_argument("--no-identify", action="store_true", help="skip IDENTIFY")
     p.add_argument("--json", action="store_true", help="also print one JSON result line on stdout")
+    nb.add_upgrade_args(p)
     args = p.parse_args(nb.go_flags(argv))
     if args.size < 1 or args.batch_size < 1 or args.procs < 1 or args.pipeline < 1:
         p.error("--size, --batch-size, --procs and --pipeline must be >= 1")
+    nb.check_upgrade_args(p, args)
+    if args.no_identify and nb.upgrade_wanted(args):
+        p.error("--tls, --snappy and --deflate need IDENTIFY (drop --no-identify)")
     return args
 
 
@@ -50,31 +55,40 @@ def pub_worker(
     idx: int, args: argparse.Namespace, per_proc_count: int, ready_q, start_ev, result_q
 ) -> None:
     """One connection: handshake, signal ready, wait for the start, then pipeline MPUBs."""
+    conn = sock = None
     try:
-        sock = nb.connect(args.nsqd_tcp_address)
+        conn = sock = nb.connect(args.nsqd_tcp_address)
         reader = nb.FrameReader(sock)
+        upgrade = ""
         if not args.no_identify:
-            nb.handshake_identify(sock, reader, nb.client_fields("writer"))
+            # conn: the socket itself, or an nb.UpgradedConn with --tls/--snappy/--deflate
+            conn, _ = nb.identify_and_upgrade(sock, reader, nb.client_fields("writer"), args)
+            if conn is not sock:
+                upgrade = conn.describe()
         cmd = nb.mpub_cmd(args.topic, [b"\x00" * args.size] * args.batch_size)
     except Exception as exc:  # report instead of dying silently in the child
         ready_q.put((idx, f"{type(exc).__name__}: {exc}"))
+        if conn is not None:
+            conn.close()
         return
     ready_q.put((idx, None))
     start_ev.wait()
     progress = [0]  # acknowledged MPUBs, kept up to date so a failure still reports them
     try:
-        t_end = _pump(sock, cmd, args, per_proc_count, progress)
+        t_end = _pump(conn, cmd, args, per_proc_count, progress)
         result_q.put({"idx": idx, "msgs": progress[0] * args.batch_size, "t_end": t_end,
-                      "error": None})
+                      "upgrade": upgrade, "error": None})
     except Exception as exc:
         result_q.put({"idx": idx, "msgs": progress[0] * args.batch_size,
-                      "t_end": time.monotonic_ns(), "error": f"{type(exc).__name__}: {exc}"})
+                      "t_end": time.monotonic_ns(), "upgrade": upgrade,
+                      "error": f"{type(exc).__name__}: {exc}"})
     finally:
-        sock.close()
+        conn.close()
 
 
 def _pump(
-    sock: socket.socket, cmd: bytes, args: argparse.Namespace, limit: int, progress: list[int]
+    sock: socket.socket | nb.UpgradedConn, cmd: bytes, args: argparse.Namespace, limit: int,
+    progress: list[int],
 ) -> int:
     """Keep --pipeline MPUBs in flight until --runfor (or the count) is reached; drain the OKs.
 
@@ -183,10 +197,13 @@ def run(args: argparse.Namespace) -> int:
         {"idx": r["idx"], "msgs": r["msgs"], "duration_s": (r["t_end"] - start) / 1e9}
         for r in sorted(results, key=lambda r: r["idx"])
     ]
+    upgrade = next((r["upgrade"] for r in results if r.get("upgrade")), "")
+    if upgrade:
+        nb.log(TOOL, f"upgrade: {upgrade}")
     nb.report(
         TOOL, end - start, total, args.size, args.json,
         procs=args.procs, batch_size=args.batch_size, pipeline=args.pipeline, topic=args.topic,
-        per_proc=per_proc_out, errors=errors,
+        per_proc=per_proc_out, upgrade=nb.upgrade_name(args), negotiated=upgrade, errors=errors,
     )
     return 1 if errors else 0
 

@@ -1,15 +1,22 @@
 """Wire helpers and reporting shared by the bench tools.
 
-Standard library only, and nothing from nsqpy: the tools speak raw NSQ TCP protocol V2 so
-they can load any nsqd (ours or the Go one) and never share a bug with the daemon.
+Standard library only, and nothing from nsqpy on the plain path: the tools speak raw NSQ
+TCP protocol V2 so they can load any nsqd (ours or the Go one) and never share a bug with
+the daemon. The connection upgrades (--tls, --snappy, --deflate) use the stdlib's ssl for
+TLS and nsqpy.transport's SnappyLayer/DeflateLayer (cramjam, zlib) for compression, imported
+only when asked for.
 """
 
 from __future__ import annotations
 
+import argparse
+import errno
 import json
 import multiprocessing
 import os
+import select
 import socket
+import ssl
 import struct
 import sys
 import time
@@ -279,3 +286,258 @@ def handshake_identify(sock: socket.socket, reader: FrameReader, fields: dict) -
     if data != b"OK":
         raise ProtocolError(f"IDENTIFY: unexpected reply {data[:200]!r}")
     return None
+
+
+# --------------------------------------------------------------------------- upgrades
+#
+# Not in Go's bench tools. With --tls/--snappy/--deflate a tool IDENTIFYs with
+# feature_negotiation and the options asked for, then upgrades as NSQ 1.3 does: the JSON
+# reply comes in plain text; if tls_v1 was agreed, the TLS handshake (stdlib ssl on the
+# socket) and an OK frame over TLS; if snappy or deflate was agreed, the compressor around
+# the stream and an OK frame through it. From then on the tool talks to an UpgradedConn,
+# which has the socket methods the tools call; without a flag they keep the bare socket.
+
+
+def add_upgrade_args(p: argparse.ArgumentParser) -> None:
+    g = p.add_argument_group("connection upgrades (not in Go's bench tools)")
+    g.add_argument("--tls", action="store_true",
+                   help="negotiate TLS (IDENTIFY tls_v1) and send/receive over it")
+    g.add_argument("--tls-root-ca-file", default="",
+                   help="verify nsqd's certificate (and its name) against this CA file (PEM)")
+    g.add_argument("--tls-insecure-skip-verify", action="store_true",
+                   help="do not verify nsqd's certificate (the default without "
+                        "--tls-root-ca-file)")
+    g.add_argument("--snappy", action="store_true", help="negotiate snappy compression")
+    g.add_argument("--deflate", action="store_true", help="negotiate deflate compression")
+    g.add_argument("--deflate-level", type=int, default=6,
+                   help="IDENTIFY deflate_level in [1,9] (6); nsqd caps it at its "
+                        "--max-deflate-level")
+
+
+def check_upgrade_args(p: argparse.ArgumentParser, args: argparse.Namespace) -> None:
+    if args.snappy and args.deflate:
+        p.error("--snappy and --deflate are exclusive (nsqd allows one compression)")
+    if not 1 <= args.deflate_level <= 9:
+        p.error("--deflate-level must be in [1,9]")
+
+
+def upgrade_wanted(args: argparse.Namespace) -> bool:
+    return bool(args.tls or args.snappy or args.deflate)
+
+
+def upgrade_name(args: argparse.Namespace) -> str:
+    """What the flags ask for: "none", "tls", "snappy", "tls+deflate(6)", …"""
+    parts = (["tls"] if args.tls else []) + (["snappy"] if args.snappy else []) + (
+        [f"deflate({args.deflate_level})"] if args.deflate else [])
+    return "+".join(parts) or "none"
+
+
+def upgrade_fields(args: argparse.Namespace) -> dict:
+    """The IDENTIFY fields that ask for the upgrades (empty without a flag)."""
+    if not upgrade_wanted(args):
+        return {}
+    return {"feature_negotiation": True, "tls_v1": bool(args.tls), "snappy": bool(args.snappy),
+            "deflate": bool(args.deflate), "deflate_level": args.deflate_level}
+
+
+def client_ssl_context(args: argparse.Namespace) -> ssl.SSLContext:
+    """Verify against --tls-root-ca-file when given (unless --tls-insecure-skip-verify),
+    otherwise skip verification: a bench measures throughput, not a PKI."""
+    context = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
+    if args.tls_root_ca_file and not args.tls_insecure_skip_verify:
+        context.load_verify_locations(cafile=args.tls_root_ca_file)
+    else:
+        context.check_hostname = False
+        context.verify_mode = ssl.CERT_NONE
+    return context
+
+
+def identify_and_upgrade(
+    sock: socket.socket, reader: FrameReader, fields: dict, args: argparse.Namespace
+) -> tuple[socket.socket | UpgradedConn, dict | None]:
+    """IDENTIFY with ``fields`` plus the upgrade fields, then upgrade as negotiated.
+
+    Returns the connection to use from now on (``sock`` itself without an upgrade flag; the
+    reader then reads through it too) and the IDENTIFY reply. Fails if nsqd did not agree
+    to an upgrade that was asked for, rather than measuring plain TCP under its name."""
+    if not upgrade_wanted(args):
+        return sock, handshake_identify(sock, reader, fields)
+    neg = handshake_identify(sock, reader, {**fields, **upgrade_fields(args)}) or {}
+    for key, wanted, hint in (("tls_v1", args.tls, "--tls-cert and --tls-key"),
+                              ("snappy", args.snappy, "--snappy=true"),
+                              ("deflate", args.deflate, "--deflate=true")):
+        if wanted and not neg.get(key):
+            raise ProtocolError(f"IDENTIFY: nsqd did not agree to {key} (start it with {hint})")
+    timeout = sock.gettimeout()
+    base: socket.socket = sock
+    tls = ""
+    if args.tls:
+        if reader.buf:
+            raise ProtocolError(f"unexpected bytes before the TLS handshake {bytes(reader.buf[:50])!r}")
+        host = parse_addr(args.nsqd_tcp_address)[0]
+        base = client_ssl_context(args).wrap_socket(sock, server_hostname=host)  # handshakes
+        tls = f"{base.version()} {(base.cipher() or ('?',))[0]}"
+    conn = UpgradedConn(base, timeout)
+    conn.tls = tls
+    reader.sock = conn
+    if args.tls:
+        ok = reader.expect_ok("TLS")
+        if ok != b"OK":
+            raise ProtocolError(f"TLS: unexpected reply {ok[:100]!r}")
+    if args.snappy or args.deflate:
+        from nsqpy.transport import DeflateLayer, SnappyLayer
+
+        if args.snappy:
+            layer = SnappyLayer()
+            conn.compression = "snappy"
+        else:
+            level = neg.get("deflate_level") or args.deflate_level
+            layer = DeflateLayer(level)
+            conn.compression = f"deflate({level})"
+        # what already arrived after the last plain/TLS frame is compressed stream
+        pending = bytes(reader.buf)
+        reader.buf.clear()
+        conn.compress(layer, pending)
+        ok = reader.expect_ok(conn.compression)
+        if ok != b"OK":
+            raise ProtocolError(f"{conn.compression}: unexpected reply {ok[:100]!r}")
+    return conn, neg
+
+
+class UpgradedConn:
+    """A connection after NSQ's upgrades, with the socket methods the tools use (sendall,
+    recv, recv_into with flags 0 or MSG_DONTWAIT, settimeout, fileno, close).
+
+    Underneath is the TCP socket or the ssl.SSLSocket, kept non-blocking: reads gather every
+    record/chunk already available (up to the buffer given), blocking calls wait in poll up
+    to the timeout. A compressor, when pushed, encodes every sendall and decodes reads."""
+
+    __slots__ = ("_sock", "_fd", "_timeout", "_layer", "_out", "_outpos", "_scratch", "_smv",
+                 "_eof", "_pollin", "_pollout", "tls", "compression")
+
+    def __init__(self, sock: socket.socket, timeout: float | None):
+        self._sock = sock
+        sock.settimeout(0.0)
+        self._fd = sock.fileno()
+        self._timeout = timeout
+        self._layer = None
+        self._out = memoryview(b"")  # decoded bytes not yet handed out
+        self._outpos = 0
+        self._scratch = bytearray(0)
+        self._smv = memoryview(self._scratch)
+        self._eof = False
+        self._pollin = select.poll()
+        self._pollin.register(self._fd, select.POLLIN)
+        self._pollout = select.poll()
+        self._pollout.register(self._fd, select.POLLOUT)
+        self.tls = ""
+        self.compression = ""
+
+    def describe(self) -> str:
+        return ", ".join(p for p in (self.tls and "TLS " + self.tls, self.compression) if p)
+
+    def compress(self, layer, pending: bytes = b"") -> None:
+        """Put a compressor (nsqpy.transport layer) on top; ``pending`` is stream already read."""
+        self._layer = layer
+        self._scratch = bytearray(1 << 18)
+        self._smv = memoryview(self._scratch)
+        if pending:
+            self._out = memoryview(layer.decode(pending))
+            self._outpos = 0
+
+    # --- socket-like API
+
+    def fileno(self) -> int:
+        return self._fd
+
+    def settimeout(self, timeout: float | None) -> None:
+        self._timeout = timeout
+
+    def gettimeout(self) -> float | None:
+        return self._timeout
+
+    def close(self) -> None:
+        self._sock.close()
+
+    def sendall(self, data: bytes) -> None:
+        layer = self._layer
+        if layer is not None:
+            data = layer.encode(data)
+        view = memoryview(data)
+        total, pos = len(view), 0
+        send = self._sock.send
+        while pos < total:
+            try:
+                pos += send(view[pos:])
+            except (BlockingIOError, ssl.SSLWantWriteError):
+                self._wait(self._pollout)
+            except ssl.SSLWantReadError:
+                self._wait(self._pollin)
+
+    def recv_into(self, buffer, nbytes: int = 0, flags: int = 0) -> int:
+        view = memoryview(buffer)
+        if nbytes:
+            view = view[:nbytes]
+        n = self._gather(view)
+        while n < 0:
+            if flags & socket.MSG_DONTWAIT:
+                raise BlockingIOError(errno.EAGAIN, "Resource temporarily unavailable")
+            self._wait(self._pollin)
+            n = self._gather(view)
+        return n
+
+    def recv(self, bufsize: int, flags: int = 0) -> bytes:
+        buf = bytearray(bufsize)
+        n = self.recv_into(buf, 0, flags)
+        return bytes(buf[:n])
+
+    # --- internals
+
+    def _wait(self, poller) -> None:
+        t = self._timeout
+        if not poller.poll(-1 if t is None else max(0, int(t * 1000))):
+            raise TimeoutError("timed out")
+
+    def _read(self, view) -> int:
+        """One non-blocking read from the socket/TLS: bytes read, 0 at EOF, -1 for none yet."""
+        try:
+            return self._sock.recv_into(view)
+        except (BlockingIOError, ssl.SSLWantReadError, ssl.SSLWantWriteError):
+            return -1
+
+    def _gather(self, view) -> int:
+        """Fill ``view`` with what is available now: bytes given, 0 at EOF, -1 for none yet."""
+        want = len(view)
+        if want == 0:
+            return 0
+        total = 0
+        layer = self._layer
+        read = self._read
+        if layer is None:
+            while total < want and not self._eof:
+                n = read(view[total:])
+                if n <= 0:
+                    self._eof = n == 0
+                    break
+                total += n
+        else:
+            smv = self._smv
+            while total < want:
+                out, pos = self._out, self._outpos
+                if pos < len(out):
+                    k = min(want - total, len(out) - pos)
+                    view[total : total + k] = out[pos : pos + k]
+                    total += k
+                    self._outpos = pos + k
+                    continue
+                if self._eof:
+                    break
+                n = read(smv)
+                if n <= 0:
+                    self._eof = n == 0
+                    break
+                self._out = memoryview(layer.decode(smv[:n]))
+                self._outpos = 0
+        if total:
+            return total
+        return 0 if self._eof else -1

@@ -7,6 +7,8 @@ both); then bench_latency measures end-to-end latency at a fixed rate. The daemo
 `nsqd` console script by default, any binary with --nsqd-bin (e.g. the Go nsqd), or an
 already running one with --no-start. Exits non-zero if the daemon or any tool failed,
 or if messages went missing. --smoke runs everything for about a second, for CI.
+--tls, --snappy and --deflate make every tool connection upgrade (for --tls the daemon gets
+a throwaway CA-signed certificate, made in the temp dir by bench/certs.py).
 """
 
 from __future__ import annotations
@@ -78,10 +80,23 @@ def build_args(argv: list[str] | None = None) -> argparse.Namespace:
     lat.add_argument("--latency-runfor", type=nb.parse_duration, default=None,
                      help="default: --runfor")
     lat.add_argument("--latency-size", type=int, default=None, help="default: --size")
+    up = p.add_argument_group("connection upgrades (every tool connection)")
+    up.add_argument("--tls", action="store_true",
+                    help="TLS: start nsqd with a throwaway CA-signed certificate "
+                         "(--tls-cert/--tls-key) and verify it against that CA in the tools")
+    up.add_argument("--tls-root-ca-file", default="",
+                    help="with --no-start --tls: CA to verify the running nsqd with "
+                         "(default: no verification)")
+    up.add_argument("--snappy", action="store_true", help="snappy compression")
+    up.add_argument("--deflate", action="store_true", help="deflate compression")
+    up.add_argument("--deflate-level", type=int, default=6,
+                    help="deflate level in [1,9] (6); above 6 the started nsqd gets "
+                         "--max-deflate-level to match")
     p.add_argument("--smoke", action="store_true",
                    help="short run of every test (1s, small counts, mode all) for CI")
     p.add_argument("--json", action="store_true", help="print the summary as one JSON line too")
     args = p.parse_args(nb.go_flags(argv))
+    nb.check_upgrade_args(p, args)
     if args.smoke:
         args.mode = "all"
         args.runfor = 1.0
@@ -179,6 +194,8 @@ class Daemon:
         self.proc: subprocess.Popen | None = None
         self.exit_note = ""
         self.peak_rss: float | None = None
+        self.tls_dir = workdir / "tls"
+        self.tls_ca = ""
 
     def start(self) -> None:
         cmd = [
@@ -187,8 +204,21 @@ class Daemon:
             f"--http-address={self.http}",
             f"--data-path={self.data}",
             f"--mem-queue-size={self.args.mem_queue_size}",
-            *self.args.nsqd_arg,
         ]
+        # (bench_client.py reuses this class with options of its own, without these flags)
+        if getattr(self.args, "tls", False):
+            try:
+                from certs import make_server_pki
+
+                pki = make_server_pki(self.tls_dir)
+            except ImportError as exc:
+                raise RuntimeError(f"--tls needs the cryptography package ({exc})") from exc
+            cmd += [f"--tls-cert={pki.server_cert}", f"--tls-key={pki.server_key}"]
+            self.tls_ca = pki.ca_cert
+        level = getattr(self.args, "deflate_level", 6)
+        if getattr(self.args, "deflate", False) and level > 6:  # nsqd's default maximum
+            cmd.append(f"--max-deflate-level={level}")
+        cmd += self.args.nsqd_arg
         print("# starting " + " ".join(cmd), flush=True)
         self.log = open(self.log_path, "wb")
         self.proc = subprocess.Popen(
@@ -302,11 +332,25 @@ class Runner:
     def cpu(self) -> float | None:
         return proc_cpu_seconds(self.daemon.pid) if self.daemon and self.daemon.pid else None
 
+    def upgrade_argv(self) -> list[str]:
+        """The tools' upgrade flags; the CA is the daemon's own one when run.py made it."""
+        a = self.args
+        argv = []
+        if a.tls:
+            argv.append("--tls")
+            ca = self.daemon.tls_ca if self.daemon else a.tls_root_ca_file
+            argv.append(f"--tls-root-ca-file={ca}" if ca else "--tls-insecure-skip-verify")
+        if a.snappy:
+            argv.append("--snappy")
+        if a.deflate:
+            argv += ["--deflate", f"--deflate-level={a.deflate_level}"]
+        return argv
+
     def writer_argv(self, topic: str) -> list[str]:
         a = self.args
         argv = [f"--nsqd-tcp-address={self.tcp}", f"--topic={topic}", f"--runfor={a.runfor}",
                 f"--size={a.size}", f"--batch-size={a.batch_size}", f"--procs={a.writer_procs}",
-                f"--pipeline={a.pipeline}"]
+                f"--pipeline={a.pipeline}", *self.upgrade_argv()]
         if a.count:
             argv.append(f"--count={a.count}")
         return argv
@@ -317,7 +361,7 @@ class Runner:
         a = self.args
         argv = [f"--nsqd-tcp-address={self.tcp}", f"--topic={topic}", "--channel=ch",
                 f"--runfor={runfor}", f"--size={a.size}", f"--rdy={a.rdy}",
-                f"--procs={a.reader_procs}"]
+                f"--procs={a.reader_procs}", *self.upgrade_argv()]
         if count:
             argv.append(f"--count={count}")
         if idle:
@@ -335,7 +379,7 @@ class Runner:
         r = {"phase": phase, "test": test, "rc": rc, "msgs": data.get("msgs", 0),
              "ops_per_s": data.get("ops_per_s", 0.0), "mb_per_s": data.get("mb_per_s", 0.0),
              "duration_s": data.get("duration_s", 0.0),
-             "nsqd_cpu": None}
+             "nsqd_cpu": None, "upgrade": data.get("negotiated", "")}
         if cpu0 is not None and cpu1 is not None and busy > 0:
             r["nsqd_cpu"] = (cpu1 - cpu0) / busy
         r.update(extra)
@@ -414,11 +458,13 @@ class Runner:
         print(f"# latency: {a.latency_rate:g} msgs/s of {a.latency_size}B "
               f"for {a.latency_runfor}s on {topic}", flush=True)
         argv = [f"--nsqd-tcp-address={self.tcp}", f"--topic={topic}", f"--rate={a.latency_rate}",
-                f"--runfor={a.latency_runfor}", f"--size={a.latency_size}"]
+                f"--runfor={a.latency_runfor}", f"--size={a.latency_size}",
+                *self.upgrade_argv()]
         cpu0 = self.cpu()
         rc, d = finish_tool("bench_latency", start_tool("bench_latency", argv),
                             a.latency_runfor + 120)
-        r = self.row("latency", "LAT", rc, {"msgs": d.get("count", 0), "errors": d.get("errors")},
+        r = self.row("latency", "LAT", rc, {"msgs": d.get("count", 0), "errors": d.get("errors"),
+                                            "negotiated": d.get("negotiated", "")},
                      cpu0,
                      busy_s=(d.get("publisher") or {}).get("publish_s"))
         for k in ("p50_ms", "p90_ms", "p99_ms", "p999_ms", "max_ms", "published", "received"):
@@ -440,6 +486,13 @@ def print_summary(
           f"reader-procs={args.reader_procs} pipeline={args.pipeline} rdy={args.rdy}"
           f"{f' mem-queue-size={args.mem_queue_size}' if daemon else ''}"
           f"{' (smoke)' if args.smoke else ''}")
+    upgrade = nb.upgrade_name(args)
+    negotiated = sorted({r["upgrade"] for r in runner.rows if r.get("upgrade")})
+    if upgrade == "none":
+        print("   upgrade=none (plain TCP)")
+    else:  # what the tools report they negotiated (they fail if nsqd refuses an upgrade)
+        print(f"   upgrade={upgrade}, negotiated on every tool connection: "
+              f"{'; '.join(negotiated) or '-'}")
     print(f"{'phase':<11} {'test':<4} {'msgs':>10} {'msgs/s':>12} {'MB/s':>9} {'secs':>7} "
           f"{'nsqd cpu':>9}  notes")
     for r in runner.rows:
@@ -521,7 +574,8 @@ def main(argv: list[str] | None = None) -> int:
                     print("# nsqd log tail:\n" + tail)
         print_summary(args, runner, target, daemon)
         if args.json:
-            print(json.dumps({"target": target, "rows": runner.rows, "failures": runner.failures,
+            print(json.dumps({"target": target, "upgrade": nb.upgrade_name(args),
+                              "rows": runner.rows, "failures": runner.failures,
                               "warnings": runner.warnings,
                               "nsqd_exit": daemon.exit_note if daemon else None}))
         if args.keep_data:

@@ -6,6 +6,7 @@ phase was read back; it makes no claim about speed (benchmarks, not tests, do th
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import subprocess
 import sys
@@ -60,6 +61,57 @@ def test_bench_run_smoke() -> None:
     written = rows[("sequential", "PUB")]["msgs"]
     assert rows[("sequential", "SUB")]["msgs"] == written
     assert rows[("latency", "LAT")]["p99_ms"] is not None
+
+
+_NO_CRYPTOGRAPHY = importlib.util.find_spec("cryptography") is None
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize(
+    ("flags", "negotiated"),
+    [
+        pytest.param(
+            ["--tls", "--snappy"], ("TLS TLSv1.", "snappy"), id="tls-snappy",
+            marks=pytest.mark.skipif(_NO_CRYPTOGRAPHY, reason="run.py --tls needs cryptography"),
+        ),
+        pytest.param(["--deflate"], ("deflate(6)",), id="deflate"),
+    ],
+)
+def test_bench_run_smoke_upgraded(flags: list[str], negotiated: tuple[str, ...]) -> None:
+    """run.py --smoke through the connection upgrades: every tool connection negotiates them
+    (the tools fail otherwise), and the sequential phase reads back exactly what it wrote."""
+    proc = subprocess.run(
+        [sys.executable, str(RUN), "--smoke", "--json", f"--nsqd-bin={NSQD}", *flags],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=100,
+    )
+    output = f"--- stdout\n{proc.stdout}\n--- stderr\n{proc.stderr}"
+    assert proc.returncode == 0, output
+    assert "RESULT: OK" in proc.stdout, output
+    assert "   upgrade=" + "+".join(f.removeprefix("--") for f in flags) in proc.stdout, output
+
+    summary = json.loads([ln for ln in proc.stdout.splitlines() if ln.startswith('{"target"')][-1])
+    assert summary["failures"] == []
+    assert summary["upgrade"] == "+".join(
+        "deflate(6)" if f == "--deflate" else f.removeprefix("--") for f in flags
+    )
+    rows = {(r["phase"], r["test"]): r for r in summary["rows"]}
+    assert set(rows) == {
+        ("sequential", "PUB"),
+        ("sequential", "SUB"),
+        ("concurrent", "PUB"),
+        ("concurrent", "SUB"),
+        ("latency", "LAT"),
+    }
+    for r in rows.values():
+        assert r["rc"] == 0 and r["msgs"] > 0, summary["rows"]
+        for part in negotiated:  # what the tool reports it negotiated with nsqd
+            assert part in r["upgrade"], summary["rows"]
+    written = rows[("sequential", "PUB")]["msgs"]
+    assert rows[("sequential", "SUB")]["msgs"] == written
+    assert rows[("concurrent", "SUB")]["msgs"] == rows[("concurrent", "PUB")]["msgs"]
 
 
 @pytest.mark.timeout(200)
