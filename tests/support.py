@@ -12,6 +12,8 @@ from collections.abc import Awaitable, Callable, Iterator
 from pathlib import Path
 from typing import Any
 
+from aiohttp import web
+
 from nsqpy.protocol import commands
 from nsqpy.protocol.frames import FRAME_TYPE_ERROR, FRAME_TYPE_MESSAGE, FrameReader, decode_message
 
@@ -223,3 +225,58 @@ def fill_disk(directory: Path, leave: int = 0) -> Path:
             except OSError:
                 break
     return filler
+
+
+# --- an auth server for AUTH tests --------------------------------------------------------------
+
+GRANT = {
+    "ttl": 3600,
+    "identity": "ann",
+    "identity_url": "http://people.example/ann",
+    "authorizations": [
+        {"topic": "^orders$", "channels": [".*"], "permissions": ["publish", "subscribe"]},
+        {"topic": "^audit", "channels": ["^archive$"], "permissions": ["subscribe"]},
+    ],
+}
+
+
+class AuthServer:
+    """Answers /auth from ``self.answers[secret]``: a dict (JSON), an (status, body) pair,
+    or a float (seconds to stall first, then GRANT). Records every request's query."""
+
+    def __init__(self) -> None:
+        self.answers: dict[str, object] = {"good": GRANT}
+        self.requests: list[dict[str, str]] = []
+        self.runner: web.AppRunner | None = None
+        self.port = 0
+
+    async def handle(self, request: web.Request) -> web.Response:
+        params = dict(request.query) if request.method == "GET" else dict(await request.post())
+        params["_method"] = request.method
+        params["_path"] = request.path
+        self.requests.append(params)
+        answer = self.answers.get(params.get("secret", ""), (403, b"forbidden"))
+        if isinstance(answer, float):
+            await asyncio.sleep(answer)
+            answer = GRANT
+        if isinstance(answer, tuple):
+            return web.Response(status=answer[0], body=answer[1])
+        return web.json_response(answer)
+
+    async def start(self) -> AuthServer:
+        app = web.Application()
+        app.router.add_route("*", "/{tail:.*}", self.handle)
+        self.runner = web.AppRunner(app, access_log=None)
+        await self.runner.setup()
+        site = web.TCPSite(self.runner, "127.0.0.1", 0)
+        await site.start()
+        self.port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
+        return self
+
+    @property
+    def address(self) -> str:
+        return f"127.0.0.1:{self.port}"
+
+    async def stop(self) -> None:
+        assert self.runner is not None
+        await self.runner.cleanup()

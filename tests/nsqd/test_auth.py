@@ -12,8 +12,7 @@ import time
 
 import aiohttp
 import pytest
-from aiohttp import web
-from support import RawClient
+from support import GRANT, AuthServer, RawClient
 from transport.certs import make_pki
 from upgrade_client import UpgradedClient
 
@@ -24,59 +23,6 @@ from nsqpy.protocol import commands
 from nsqpy.transport import client_tls_context
 
 pytestmark = pytest.mark.timeout(60)
-
-GRANT = {
-    "ttl": 3600,
-    "identity": "ann",
-    "identity_url": "http://people.example/ann",
-    "authorizations": [
-        {"topic": "^orders$", "channels": [".*"], "permissions": ["publish", "subscribe"]},
-        {"topic": "^audit", "channels": ["^archive$"], "permissions": ["subscribe"]},
-    ],
-}
-
-
-class AuthServer:
-    """Answers /auth from ``self.answers[secret]``: a dict (JSON), an (status, body) pair,
-    or a float (seconds to stall first, then GRANT). Records every request's query."""
-
-    def __init__(self) -> None:
-        self.answers: dict[str, object] = {"good": GRANT}
-        self.requests: list[dict[str, str]] = []
-        self.runner: web.AppRunner | None = None
-        self.port = 0
-
-    async def handle(self, request: web.Request) -> web.Response:
-        params = dict(request.query) if request.method == "GET" else dict(await request.post())
-        params["_method"] = request.method
-        params["_path"] = request.path
-        self.requests.append(params)
-        answer = self.answers.get(params.get("secret", ""), (403, b"forbidden"))
-        if isinstance(answer, float):
-            await asyncio.sleep(answer)
-            answer = GRANT
-        if isinstance(answer, tuple):
-            return web.Response(status=answer[0], body=answer[1])
-        return web.json_response(answer)
-
-    async def start(self) -> AuthServer:
-        app = web.Application()
-        app.router.add_route("*", "/{tail:.*}", self.handle)
-        self.runner = web.AppRunner(app, access_log=None)
-        await self.runner.setup()
-        site = web.TCPSite(self.runner, "127.0.0.1", 0)
-        await site.start()
-        self.port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
-        return self
-
-    @property
-    def address(self) -> str:
-        return f"127.0.0.1:{self.port}"
-
-    async def stop(self) -> None:
-        assert self.runner is not None
-        await self.runner.cleanup()
-
 
 @pytest.fixture
 async def authd():
