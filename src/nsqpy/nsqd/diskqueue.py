@@ -32,7 +32,6 @@ from __future__ import annotations
 import errno
 import logging
 import os
-import random
 import re
 import struct
 import threading
@@ -40,7 +39,7 @@ import time
 from collections.abc import Callable, Sequence
 from typing import NoReturn
 
-from .fileio import fsync_dir, path_error
+from .fileio import fsync_dir, path_error, remove_quietly, temp_name, write_synced
 
 __all__ = [
     "DiskQueue",
@@ -676,40 +675,19 @@ class DiskQueue:
         self._last_meta = None
 
     def _persist_metadata(self, text: str, seq: int, epoch: int) -> None:
-        tmp = "%s.%d.tmp" % (self._meta_path, random.getrandbits(63))
-        try:
-            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-        except OSError as e:
-            raise path_error("open", tmp, e) from None
-        op = "write"
-        try:
+        tmp = temp_name(self._meta_path)
+        write_synced(tmp, text.encode())
+        with self._lock:
+            if epoch != self._epoch or seq <= self._meta_seq:
+                # emptied/deleted meanwhile, or a newer round already won
+                remove_quietly(tmp)
+                return
             try:
-                data = memoryview(text.encode())
-                while data:  # a short write (a nearly full disk) is retried, then fails
-                    data = data[os.write(fd, data) :]
-                op = "sync"
-                os.fsync(fd)
-            finally:
-                os.close(fd)
-            with self._lock:
-                if epoch != self._epoch or seq <= self._meta_seq:
-                    # emptied/deleted meanwhile, or a newer round already won
-                    try:
-                        os.remove(tmp)
-                    except FileNotFoundError:
-                        pass
-                    return
-                op = "rename"
                 os.replace(tmp, self._meta_path)
-                self._meta_seq = seq
-        except BaseException as e:
-            try:
-                os.remove(tmp)
-            except OSError:
-                pass
-            if isinstance(e, OSError):
-                raise path_error(op, tmp, e) from None
-            raise
+            except OSError as e:
+                remove_quietly(tmp)
+                raise path_error("rename", tmp, e) from None
+            self._meta_seq = seq
         fsync_dir(self.data_path)
 
     # ------------------------------------------------------------------ lifecycle

@@ -53,33 +53,50 @@ def fsync_dir(path: str) -> None:
         os.close(fd)
 
 
-def write_file_atomic(path: str, data: bytes, tmp_suffix: str | None = None) -> None:
-    """Write ``data`` to a temp file, fsync it, rename it over ``path``, fsync the directory.
-
-    Raises :class:`PathError`; a failed write leaves ``path`` as it was and no temp file.
-    """
-    tmp = f"{path}.{tmp_suffix if tmp_suffix is not None else random.getrandbits(63)}.tmp"
+def write_synced(path: str, data: bytes) -> None:
+    """Create (or truncate) ``path`` with ``data`` and fsync it; a short write (a nearly full
+    disk) is retried until it fails. Raises :class:`PathError` and then leaves no file."""
     try:
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
     except OSError as e:
-        raise path_error("open", tmp, e) from None
+        raise path_error("open", path, e) from None
     op = "write"
     try:
         try:
             view = memoryview(data)
             while view:
-                n = os.write(fd, view)
-                view = view[n:]
+                view = view[os.write(fd, view) :]
             op = "sync"
             os.fsync(fd)
         finally:
             os.close(fd)
-        op = "rename"
+    except OSError as e:
+        remove_quietly(path)
+        raise path_error(op, path, e) from None
+
+
+def remove_quietly(path: str) -> None:
+    try:
+        os.remove(path)
+    except OSError:
+        pass
+
+
+def temp_name(path: str, suffix: str | None = None) -> str:
+    """A temp file beside ``path`` (``<path>.<random>.tmp``), renamed over it once synced."""
+    return f"{path}.{suffix if suffix is not None else random.getrandbits(63)}.tmp"
+
+
+def write_file_atomic(path: str, data: bytes, tmp_suffix: str | None = None) -> None:
+    """Write ``data`` to a temp file, fsync it, rename it over ``path``, fsync the directory.
+
+    Raises :class:`PathError`; a failed write leaves ``path`` as it was and no temp file.
+    """
+    tmp = temp_name(path, tmp_suffix)
+    write_synced(tmp, data)
+    try:
         os.replace(tmp, path)
     except OSError as e:
-        try:
-            os.remove(tmp)
-        except OSError:
-            pass
-        raise path_error(op, tmp, e) from None
+        remove_quietly(tmp)
+        raise path_error("rename", tmp, e) from None
     fsync_dir(os.path.dirname(path))
