@@ -160,7 +160,7 @@ class DiskQueue:
         "_wfd", "_wdirty", "_created", "_retired",
         "_rfd", "_rbuf", "_rbuf_pos", "_rsize",
         "_ops", "_need_sync", "_last_sync", "_last_meta",
-        "_lock", "_epoch", "_seq", "_meta_seq", "_closed",
+        "_lock", "_epoch", "_seq", "_meta_seq", "_closed", "_peek_mark",
     )
 
     def __init__(
@@ -216,6 +216,7 @@ class DiskQueue:
         self._seq = 0
         self._meta_seq = 0
         self._closed = False
+        self._peek_mark = (0, 0, 0)
 
         self._open()
 
@@ -395,40 +396,43 @@ class DiskQueue:
 
     def read(self, max_count: int) -> list[bytes]:
         """Consume up to ``max_count`` records in order (fewer if the queue runs dry)."""
-        return self._read(max_count, False)[0]
+        return self._read(max_count, False)
 
     def read_into(self, max_count: int, sink: Callable[[list[bytes]], None]) -> int:
         """Hand up to ``max_count`` records (all from one segment) to ``sink`` and consume
         them only once it returns: if ``sink`` raises, they stay at the head of the queue, to
         be read again, and the exception propagates. Returns how many were consumed."""
-        records, end = self._read(max_count, True)
+        records = self._read(max_count, True)
         if not records:
             return 0
-        at = (self.read_file_num, self.read_pos)
-        sink(records)
-        if self._closed or (self.read_file_num, self.read_pos) != at:
-            return 0  # emptied or deleted by the sink: nothing left to consume
-        n = len(records)
-        self.read_pos = end
-        self.depth -= n
-        self._ops += n
+        first = self._peek_mark  # where the first record starts
+        after = (self.read_file_num, self.read_pos)
+        try:
+            sink(records)
+        except BaseException:
+            if not self._closed and (self.read_file_num, self.read_pos) == after:
+                # put them back: the segment is still there (a peek never leaves it once it
+                # has records); the read buffer no longer covers the position, so drop it
+                self.read_pos, self.depth, self._ops = first
+                self._rbuf = b""
+                self._rbuf_pos = self.read_pos
+            raise
         self._read_done()
-        return n
+        return len(records)
 
-    def _read(self, max_count: int, peek: bool) -> tuple[list[bytes], int]:
-        """Records from the read position and the position after them. ``peek``: stop at the
-        end of the segment or before an error once some records were found, and leave the
-        read position (and depth) where it was."""
+    def _read(self, max_count: int, peek: bool) -> list[bytes]:
+        """Records from the read position, consumed. ``peek`` (for :meth:`read_into`): stop
+        at the end of the segment or before an error once some records were found, so that
+        they can be put back."""
         if self._closed:
             raise DiskQueueClosedError("exiting")
         out: list[bytes] = []
         if max_count <= 0:
-            return out, self.read_pos
+            return out
         mn = self.min_msg_size
         mx = self.max_msg_size
         unpack = _unpack_len
         append = out.append
-        mark = (self.read_pos, self.depth, self._ops)
         while len(out) < max_count:
             finished = self.read_file_num < self.write_file_num
             if not finished and self.read_pos >= self.write_pos:
@@ -446,8 +450,8 @@ class DiskQueue:
                     continue
             else:
                 limit = self.write_pos
-            if not out:
-                mark = (self.read_pos, self.depth, self._ops)
+            if peek and not out:
+                self._peek_mark = (self.read_pos, self.depth, self._ops)
 
             buf = self._rbuf
             blen = len(buf)
@@ -505,22 +509,16 @@ class DiskQueue:
                         break
                     self._handle_read_error("short read (unexpected EOF)")
                     continue
-                # keep the unconsumed bytes (for a peek, everything from where it started)
-                keep = (mark[0] if peek and out else pos) - self._rbuf_pos
-                self._rbuf = buf[keep:] + data if keep < blen else data
-                self._rbuf_pos += keep
+                self._rbuf = buf[off:] + data if have else data
+                self._rbuf_pos = pos
                 continue
             if finished and pos >= limit:
                 if peek:
                     break
                 self._next_read_file()
-        if peek:
-            end_pos = self.read_pos
-            if out:
-                self.read_pos, self.depth, self._ops = mark
-            return out, end_pos
-        self._read_done()
-        return out, self.read_pos
+        if not peek:
+            self._read_done()
+        return out
 
     def _read_done(self) -> None:
         if self._rbuf and self.read_pos >= self._rbuf_pos + len(self._rbuf):
