@@ -1,11 +1,12 @@
 """A channel: its own copy of every topic message, delivered to its subscribed clients.
 
 State lives on the event-loop thread only. Ready messages wait in ``queue`` (at most
---mem-queue-size published ones) and beyond that in the channel's DiskQueue (``backend``);
-in-flight ones are indexed by id in ``in_flight`` with a per-client deadline deque (see
-:class:`~nsqpy.nsqd.client_v2.ClientV2`); deferred ones sit in a heap until due. Delivery
-is a coalesced "pump" scheduled once per event-loop turn, which refills the memory queue
-from the backend as clients have room.
+--mem-queue-size published ones) and beyond that in the channel's backend (a DiskQueue, or
+nothing for ephemeral channels); in-flight ones are indexed by id in ``in_flight``, with
+each consumer's deadlines in its :class:`~nsqpy.nsqd.inflight.InFlightTimers`; deferred
+ones sit in a heap until due. Delivery is a coalesced "pump" scheduled once per event-loop
+turn, which refills the memory queue from the backend as consumers have room. The channel
+sees its clients only through the small :class:`Consumer` interface (Go's ``Consumer``).
 """
 
 from __future__ import annotations
@@ -18,19 +19,19 @@ import os
 import struct
 import time
 from collections import deque
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any, Protocol
 
 from ..protocol.frames import encode_message
 from ..protocol.names import is_ephemeral
-from .message import Message
+from .backend import BackendQueue, Queued
 from .diskqueue import DiskQueueError, DiskQueueWriteError
-from .quantile import Quantile
 from .fileio import write_file_atomic
+from .inflight import InFlightTimers
+from .message import Message
+from .quantile import Quantile
 
 if TYPE_CHECKING:
-    from .diskqueue import DiskQueue
     from .nsqd import NSQD
-    from .client_v2 import ClientV2
     from .topic import Topic
 
 log = logging.getLogger("nsqd")
@@ -64,7 +65,28 @@ def decode_records(records: list[bytes], where: str) -> list[Message]:
     return out
 
 
-class Channel:
+class Consumer(Protocol):
+    """What a channel needs of a subscribed client (Go's ``Consumer``)."""
+
+    id: int
+    ready_count: int
+    in_flight_count: int
+    msg_timeout: float
+
+    def can_receive(self) -> bool: ...
+
+    def send_messages(self, channel: Channel, n: int) -> None: ...
+
+    def timed_out_message(self) -> None: ...
+
+    def emptied(self) -> None: ...
+
+    def close(self) -> None: ...
+
+    def stats(self) -> dict[str, Any]: ...
+
+
+class Channel(Queued):
     __slots__ = (
         "topic",
         "name",
@@ -72,6 +94,7 @@ class Channel:
         "ephemeral",
         "queue",
         "in_flight",
+        "timers",
         "deferred",
         "clients",
         "paused",
@@ -93,8 +116,10 @@ class Channel:
         self.ephemeral = is_ephemeral(name)
         self.queue: deque[Message] = deque()
         self.in_flight: dict[bytes, Message] = {}
+        #: each consumer's in-flight deadlines, by client id
+        self.timers: dict[int, InFlightTimers] = {}
         self.deferred: list[tuple[float, int, Message]] = []
-        self.clients: dict[int, ClientV2] = {}
+        self.clients: dict[int, Consumer] = {}
         self.paused = False
         self.exiting = False
         self.message_count = 0
@@ -102,9 +127,7 @@ class Channel:
         self.timeout_count = 0
         self._pump_scheduled = False
         self._rr = 0
-        self.backend: DiskQueue | None = (
-            None if self.ephemeral or topic.ephemeral else nsqd.make_backend(f"{topic.name}:{name}")
-        )
+        self.backend: BackendQueue = nsqd.make_backend(f"{topic.name}:{name}")
         #: id → due time (ns since the epoch) of deferred messages saved at the last shutdown
         self._deferred_due: dict[bytes, int] = self._load_deferred()
         #: FIN latencies (Go's e2eProcessingLatencyStream), None without
@@ -127,10 +150,9 @@ class Channel:
 
     # --- accepting messages -------------------------------------------------------------
 
-    def put_messages(self, msgs: list[Message]) -> bool:
+    def put_messages(self, msgs: list[Message]) -> None:
         """Queue published messages: memory up to --mem-queue-size, the rest to the backend
-        (ephemeral channels drop it, as NSQ does). True if a backend write must be fsynced
-        before the publish is acknowledged.
+        (ephemeral channels drop it, as NSQ does).
 
         A failed backend write raises :class:`DiskQueueWriteError` whose ``written`` counts
         the leading messages this channel kept (in memory or on disk) all the same.
@@ -148,16 +170,15 @@ class Channel:
             msgs = now_msgs
         if not msgs:
             self.message_count += total
-            return False
+            return
         free = self.nsqd.options.mem_queue_size - len(self.queue)
-        must_sync = False
         if free < len(msgs):
             keep = max(free, 0)
             overflow = msgs[keep:]
             msgs = msgs[:keep]
-            if self.backend is not None:
+            if self.backend.durable:
                 try:
-                    must_sync = self.nsqd.write_backend(self.backend, encode_messages(overflow))
+                    self.backend.put_many(encode_messages(overflow))
                 except DiskQueueWriteError as e:
                     accepted = total - len(overflow) + e.written
                     self.message_count += accepted
@@ -169,7 +190,6 @@ class Channel:
         if msgs:
             self.queue.extend(msgs)
         self.schedule_pump()
-        return must_sync
 
     def put_in_memory(self, msgs: list[Message]) -> None:
         """Queue messages in memory even past --mem-queue-size: messages that were only in
@@ -182,9 +202,9 @@ class Channel:
         """Take already-encoded messages straight onto the backend (a topic's disk backlog
         moving to its only channel, whose memory queue is full). Raises
         :class:`DiskQueueWriteError` as :meth:`put_messages` does."""
-        if self.backend is not None:
+        if self.backend.durable:
             try:
-                self.nsqd.write_backend(self.backend, records)
+                self.backend.put_many(records)
             except DiskQueueWriteError as e:
                 self.message_count += e.written
                 raise
@@ -205,7 +225,7 @@ class Channel:
         if (
             not self._pump_scheduled
             and self.clients
-            and (self.queue or (self.backend is not None and self.backend.depth))
+            and (self.queue or self.backend.depth)
         ):
             self._pump_scheduled = True
             self.nsqd.loop.call_soon(self._pump)
@@ -221,7 +241,7 @@ class Channel:
             return
         q = self.queue
         b = self.backend
-        if b is not None and b.depth:
+        if b.depth:
             want = sum(c.ready_count - c.in_flight_count for c in ready) - len(q)
             if want > 0:
                 self._refill(b, want)
@@ -242,10 +262,9 @@ class Channel:
                     still.append(c)
             ready = still
 
-    def _refill(self, b: DiskQueue, want: int) -> None:
+    def _refill(self, b: BackendQueue, want: int) -> None:
         """Move up to ``want`` messages from the backend to the memory queue."""
         msgs = decode_records(b.read(want), f"CHANNEL({self.backend_name})")
-        self.nsqd.note_backend_read(b)
         due = self._deferred_due
         if due:
             now_ns = time.time_ns()
@@ -260,7 +279,7 @@ class Channel:
 
     # --- acknowledgements -----------------------------------------------------------------
 
-    def _pop_in_flight(self, client: ClientV2, msg_id: bytes) -> Message | str:
+    def _pop_in_flight(self, client: Consumer, msg_id: bytes) -> Message | str:
         msg = self.in_flight.get(msg_id)
         if msg is None:
             return "ID not in flight"
@@ -270,13 +289,27 @@ class Channel:
         msg.client = None
         return msg
 
-    def finish(self, client: ClientV2, msg_id: bytes) -> str | None:
-        """FIN: returns NSQ's error text, or None on success."""
-        msg = self._pop_in_flight(client, msg_id)
-        if isinstance(msg, str):
-            return msg
-        self.record_latency(msg.timestamp)
+    def finish(self, client: Consumer, msg_id: bytes) -> str | None:
+        """FIN (the hottest consumer path): NSQ's error text, or None on success."""
+        msg = self.in_flight.get(msg_id)
+        if msg is None:
+            return "ID not in flight"
+        if msg.client is not client:
+            return "client does not own message"
+        del self.in_flight[msg_id]
+        msg.client = None
+        if self.e2e is not None:
+            self.record_latency(msg.timestamp)
+        if not self._pump_scheduled:
+            self.schedule_pump()
         return None
+
+    def all_finished(self, client: Consumer) -> None:
+        """Nothing is in flight to ``client`` any more: its deadline entries are all stale
+        (dropping them now spares the periodic scan from popping them one by one)."""
+        t = self.timers.get(client.id)
+        if t is not None:
+            t.clear()
 
     def record_latency(self, msg_timestamp_ns: int, now_ns: int | None = None) -> None:
         """A message published at ``msg_timestamp_ns`` was FINished (now, or at ``now_ns``):
@@ -287,7 +320,7 @@ class Channel:
         if e2e is not None:
             e2e.insert(msg_timestamp_ns, time.time_ns() if now_ns is None else now_ns)
 
-    def requeue(self, client: ClientV2, msg_id: bytes, delay: float) -> str | None:
+    def requeue(self, client: Consumer, msg_id: bytes, delay: float) -> str | None:
         msg = self._pop_in_flight(client, msg_id)
         if isinstance(msg, str):
             return msg
@@ -296,9 +329,10 @@ class Channel:
             self.requeue_now(msg)
         else:
             self.start_deferred(msg, delay)
+            self.schedule_pump()
         return None
 
-    def touch(self, client: ClientV2, msg_id: bytes) -> str | None:
+    def touch(self, client: Consumer, msg_id: bytes) -> str | None:
         msg = self.in_flight.get(msg_id)
         if msg is None:
             return "ID not in flight"
@@ -309,15 +343,16 @@ class Channel:
         cap = msg.delivery_ts + self.nsqd.options.max_msg_timeout
         if deadline > cap:
             deadline = cap
-        client.track_in_flight(msg, deadline)
+        self.timers[client.id].track(msg, deadline)
         return None
 
     # --- periodic work ----------------------------------------------------------------------
 
     def scan(self, now: float) -> None:
         """Requeue timed-out in-flight messages and release due deferred ones."""
+        in_flight = self.in_flight
         for client in list(self.clients.values()):
-            for msg in client.expired_in_flight(now):
+            for msg in self.timers[client.id].expired(now, client, in_flight):
                 del self.in_flight[msg.id]
                 msg.client = None
                 self.timeout_count += 1
@@ -330,18 +365,19 @@ class Channel:
 
     # --- clients ----------------------------------------------------------------------------
 
-    def add_client(self, client: ClientV2) -> bool:
+    def add_client(self, client: Consumer) -> bool:
         limit = self.nsqd.options.max_channel_consumers
         if limit and client.id not in self.clients and len(self.clients) >= limit:
             return False
         self.clients[client.id] = client
+        self.timers.setdefault(client.id, InFlightTimers())
         return True
 
-    def remove_client(self, client: ClientV2) -> None:
+    def remove_client(self, client: Consumer) -> None:
         """Drop a client; its in-flight messages go straight back to the queue."""
         if self.clients.pop(client.id, None) is None:
             return
-        for msg in client.owned_in_flight():
+        for msg in self.timers.pop(client.id).owned(client):
             if self.in_flight.get(msg.id) is msg:
                 del self.in_flight[msg.id]
                 msg.client = None
@@ -351,17 +387,6 @@ class Channel:
             self.topic.delete_channel(self.name)
 
     # --- admin --------------------------------------------------------------------------------
-
-    @property
-    def depth(self) -> int:
-        """Messages waiting (memory + backend), as NSQ's Depth()."""
-        b = self.backend
-        return len(self.queue) + (b.depth if b is not None else 0)
-
-    @property
-    def backend_depth(self) -> int:
-        b = self.backend
-        return b.depth if b is not None else 0
 
     @property
     def deferred_count(self) -> int:
@@ -384,10 +409,11 @@ class Channel:
         self.in_flight.clear()
         self.deferred.clear()
         self._deferred_due.clear()
+        for t in self.timers.values():
+            t.clear()
         for client in self.clients.values():
             client.emptied()
-        if self.backend is not None:
-            self.backend.empty()
+        self.backend.empty()
 
     def close(self) -> None:
         """Channel deleted: disconnect its clients, drop its messages and its files."""
@@ -398,10 +424,8 @@ class Channel:
         self.in_flight.clear()
         self.deferred.clear()
         self._deferred_due.clear()
-        if self.backend is not None:
-            self.nsqd.drop_backend(self.backend)
-            self.backend.delete()
-            self.backend = None
+        self.timers.clear()
+        self.backend.delete()
         self._remove_deferred_file()
 
     # --- persistence across restarts -----------------------------------------------------------
@@ -410,7 +434,7 @@ class Channel:
         return os.path.join(self.nsqd.data_path, self.backend_name + DEFERRED_SUFFIX)
 
     def _load_deferred(self) -> dict[bytes, int]:
-        if self.backend is None:
+        if not self.backend.durable:
             return {}
         path = self._deferred_path()
         try:
@@ -437,7 +461,7 @@ class Channel:
         """Clean shutdown: write memory, in-flight and deferred messages to the backend
         (attempts preserved), and the deferred due times to the sidecar file. Returns what
         could not be written (each error logged)."""
-        if self.backend is None:
+        if not self.backend.durable:
             return []
         msgs = list(self.queue)
         msgs += self.in_flight.values()

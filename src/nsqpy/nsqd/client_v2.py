@@ -15,8 +15,6 @@ import logging
 import random
 import struct
 import time
-from collections import deque
-from heapq import heappop, heappush
 from typing import TYPE_CHECKING, Any
 
 from ..protocol.errors import ProtocolError
@@ -31,7 +29,6 @@ if TYPE_CHECKING:
     from ..transport import Stack
     from .auth import AuthState
     from .channel import Channel
-    from .message import Message
     from .nsqd import NSQD
 
 log = logging.getLogger("nsqd")
@@ -103,8 +100,6 @@ class ClientV2(asyncio.Protocol):
         self.requeue_count = 0
         self.pub_counts: dict[str, int] = {}
         self.connect_ts = int(time.time())
-        self._inflight_q: deque[tuple[float, Message]] = deque()
-        self._inflight_heap: list[tuple[float, int, Message]] = []
         # the transport upgrades (None: plain TCP, the hot path) and AUTH
         self._stack: Stack | None = None
         self.tls = False
@@ -230,7 +225,9 @@ class ClientV2(asyncio.Protocol):
         self._held_for = (code, cmd)
         if self.transport is not None:
             self.transport.pause_reading()
-        self.nsqd.wait_durable(self._sync_done)
+        syncer = self.nsqd.syncer
+        assert syncer is not None
+        syncer.wait(self._sync_done)
 
     def _sync_done(self, err: BaseException | None) -> None:
         self._held = False
@@ -304,7 +301,7 @@ class ClientV2(asyncio.Protocol):
         in_flight = channel.in_flight
         now = self.nsqd.loop.time()
         deadline = now + self.msg_timeout
-        entry_append = self._inflight_q.append
+        entry_append = channel.timers[self.id].queue.append
         out = self._out
         append = out.append
         head = _MSG_HEAD
@@ -341,65 +338,12 @@ class ClientV2(asyncio.Protocol):
         elif self._flush_timer is None and self._out:
             self._flush_timer = self.nsqd.loop.call_later(self.output_buffer_timeout, self._timed_flush)
 
-    def track_in_flight(self, msg: Message, deadline: float) -> None:
-        """(Re)set a message's in-flight deadline (TOUCH)."""
-        msg.deadline = deadline
-        q = self._inflight_q
-        if not q or q[-1][0] <= deadline:
-            q.append((deadline, msg))
-        else:
-            heappush(self._inflight_heap, (deadline, id(msg), msg))
-
-    def expired_in_flight(self, now: float) -> list[Message]:
-        """In-flight messages of this client whose deadline has passed.
-
-        Entries for finished/requeued/touched messages are deleted lazily: dropped here from
-        the front as they go stale, and the deque is compacted when stale entries dominate,
-        so its size stays proportional to what is really in flight.
-        """
-        out: list[Message] = []
-        ch = self.channel
-        if ch is None:
-            return out
-        in_flight = ch.in_flight
-        q = self._inflight_q
-        while q:
-            deadline, msg = q[0]
-            live = msg.client is self and msg.deadline == deadline
-            if live and deadline > now:
-                break
-            q.popleft()
-            if live and in_flight.get(msg.id) is msg:
-                out.append(msg)
-        if len(q) > 2 * self.in_flight_count + 1024:
-            self._inflight_q = deque(e for e in q if e[1].client is self and e[1].deadline == e[0])
-        h = self._inflight_heap
-        while h and h[0][0] <= now:
-            deadline, _, msg = heappop(h)
-            if msg.client is self and msg.deadline == deadline and in_flight.get(msg.id) is msg:
-                out.append(msg)
-        return out
-
-    def owned_in_flight(self) -> list[Message]:
-        """Every message currently in flight to this client."""
-        seen: dict[int, Message] = {}
-        for _, msg in self._inflight_q:
-            if msg.client is self:
-                seen[id(msg)] = msg
-        for _, _, msg in self._inflight_heap:
-            if msg.client is self:
-                seen[id(msg)] = msg
-        self._inflight_q.clear()
-        self._inflight_heap.clear()
-        return list(seen.values())
-
     def timed_out_message(self) -> None:
         self.in_flight_count -= 1
 
     def emptied(self) -> None:
+        """The channel dropped every message (empty): none is in flight to us any more."""
         self.in_flight_count = 0
-        self._inflight_q.clear()
-        self._inflight_heap.clear()
 
     def _apply_identify(self, data: dict[str, Any]) -> str | None:
         """Validate and apply IDENTIFY fields; returns Go's error text on failure."""

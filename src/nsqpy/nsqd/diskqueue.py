@@ -37,7 +37,7 @@ import struct
 import threading
 import time
 from collections.abc import Callable, Sequence
-from typing import NoReturn
+from typing import NoReturn, Protocol
 
 from .fileio import fsync_dir, path_error, remove_quietly, temp_name, write_synced
 
@@ -61,6 +61,19 @@ READ_CHUNK = 1 << 16
 
 _META_FMT = "%d\n%d,%d\n%d,%d\n"
 _META_RE = re.compile(rb"(-?\d+)\n(-?\d+),(-?\d+)\n(-?\d+),(-?\d+)(?:\n|$)")
+
+
+class QueueEvents(Protocol):
+    """Told of a queue's writes, reads and write failures (nsqd's Syncer: group commit and
+    the daemon's health)."""
+
+    def wrote(self, queue: DiskQueue) -> None: ...
+
+    def read(self, queue: DiskQueue) -> None: ...
+
+    def write_failed(self, queue: DiskQueue, error: str) -> None: ...
+
+    def deleted(self, queue: DiskQueue) -> None: ...
 
 
 class DiskQueueError(Exception):
@@ -160,8 +173,11 @@ class DiskQueue:
         "_wfd", "_wdirty", "_created", "_retired",
         "_rfd", "_rbuf", "_rbuf_pos", "_rsize",
         "_ops", "_need_sync", "_last_sync", "_last_meta",
-        "_lock", "_epoch", "_seq", "_meta_seq", "_closed", "_peek_mark",
+        "_lock", "_epoch", "_seq", "_meta_seq", "_closed", "_peek_mark", "_events",
     )
+
+    #: what is put here survives a restart (the null backend's is False)
+    durable = True
 
     def __init__(
         self,
@@ -174,6 +190,7 @@ class DiskQueue:
         sync_every: int,
         sync_timeout: float,
         log: logging.Logger | None = None,
+        events: QueueEvents | None = None,
     ) -> None:
         self.name = name
         self.data_path = data_path or "."
@@ -183,6 +200,8 @@ class DiskQueue:
         self.sync_every = max(1, sync_every)
         self.sync_timeout = sync_timeout
         self._log = log or logging.getLogger("nsqd.diskqueue")
+        #: told of every write, read and write failure (the daemon's group commit)
+        self._events = events
 
         #: Records written and not yet read.
         self.depth = 0
@@ -262,6 +281,8 @@ class DiskQueue:
         self.depth += 1
         self._ops += 1
         self._wdirty = True
+        if self._events is not None:
+            self._events.wrote(self)
 
     def _reject(self, n: int) -> NoReturn:
         if self._closed:
@@ -312,6 +333,8 @@ class DiskQueue:
             pos += n + 4
             count += 1
         self._write_batch(parts, count, start, done)
+        if self._events is not None:
+            self._events.wrote(self)
 
     def _write_batch(self, parts: list[bytes], count: int, start: int, done: int) -> None:
         fd = self._wfd
@@ -351,7 +374,15 @@ class DiskQueue:
             pass
         err = path_error("write", self.file_name(self.write_file_num), e)
         self._log.error("DISKQUEUE(%s) failed to write - %s", self.name, err)
+        self._write_error(str(err), done)
         raise DiskQueueWriteError(str(err), done) from e
+
+    def _write_error(self, error: str, done: int) -> None:
+        ev = self._events
+        if ev is not None:
+            if done:
+                ev.wrote(self)  # the records before the failure are written
+            ev.write_failed(self, error)
 
     def _open_write_file(self, done: int = 0) -> int:
         path = self.file_name(self.write_file_num)
@@ -360,6 +391,7 @@ class DiskQueue:
         except OSError as e:
             err = path_error("open", path, e)
             self._log.error("DISKQUEUE(%s) failed to open - %s", self.name, err)
+            self._write_error(str(err), done)
             raise DiskQueueWriteError(str(err), done) from e
         self._log.info("DISKQUEUE(%s): writeOne() opened %s", self.name, path)
         self._wfd = fd
@@ -394,9 +426,17 @@ class DiskQueue:
 
     # ------------------------------------------------------------------ reading
 
+    @property
+    def read_position(self) -> tuple[int, int]:
+        """Where the next read starts: (segment number, offset)."""
+        return (self.read_file_num, self.read_pos)
+
     def read(self, max_count: int) -> list[bytes]:
         """Consume up to ``max_count`` records in order (fewer if the queue runs dry)."""
-        return self._read(max_count, False)
+        out = self._read(max_count, False)
+        if out and self._events is not None:
+            self._events.read(self)
+        return out
 
     def read_into(self, max_count: int, sink: Callable[[list[bytes]], None]) -> int:
         """Hand up to ``max_count`` records (all from one segment) to ``sink`` and consume
@@ -418,6 +458,8 @@ class DiskQueue:
                 self._rbuf_pos = self.read_pos
             raise
         self._read_done()
+        if self._events is not None:
+            self._events.read(self)
         return len(records)
 
     def _read(self, max_count: int, peek: bool) -> list[bytes]:
@@ -728,6 +770,8 @@ class DiskQueue:
         if not self._closed:
             self._log.info("DISKQUEUE(%s): deleting", self.name)
         self._closed = True
+        if self._events is not None:
+            self._events.deleted(self)
         self._close_files()
         with self._lock:
             self._epoch += 1

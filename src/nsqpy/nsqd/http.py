@@ -203,14 +203,17 @@ class HTTPServer:
             raise HTTPError(503, "EXITING")
         if not bodies:
             return
+        syncer = self.nsqd.syncer
+        assert syncer is not None
+        urgent = syncer.urgent_requests
         try:
-            must_sync = topic.put_bodies(bodies, defer)
+            topic.put_bodies(bodies, defer)
         except (TopicExitingError, DiskQueueError, OSError) as e:
             log.error("TOPIC(%s): failed to put message(s) - %s", topic.name, e)
             raise HTTPError(503, "EXITING") from None
-        if must_sync:
+        if syncer.urgent_requests != urgent:  # --sync-every reached: answer after the fsync
             done: asyncio.Future[BaseException | None] = asyncio.get_running_loop().create_future()
-            self.nsqd.wait_durable(lambda err: done.done() or done.set_result(err))
+            syncer.wait(lambda err: done.done() or done.set_result(err))
             err = await done
             if err is not None:
                 log.error("TOPIC(%s): failed to sync message(s) - %s", topic.name, err)

@@ -27,7 +27,8 @@ from ..protocol.frames import MESSAGE_HEADER_SIZE
 from ..protocol.names import is_ephemeral, is_valid_topic_name
 from ..transport import TransportError, server_tls_context
 from .auth import AuthClient
-from .diskqueue import DiskQueue, DiskQueueError, DiskQueueWriteError
+from .backend import BackendQueue, NullBackend
+from .diskqueue import DiskQueue
 from .guid import GUIDFactory
 from .lookup import LookupPeers, register, unregister
 from .fileio import write_file_atomic
@@ -35,7 +36,7 @@ from .metadata import DataPathLock, encode_metadata, metadata_path, read_metadat
 from .options import Options
 from .client_v2 import ClientV2
 from .protocol_v2 import ProtocolV2
-from .syncer import Syncer, Waiter
+from .syncer import Syncer
 from .topic import Topic
 
 #: A stored message's bytes beyond its body: timestamp, attempts and id.
@@ -301,9 +302,8 @@ class NSQD:
                 await self._metadata_task
         backends = []
         for topic in self.topics.values():
-            if topic.backend is not None:
-                backends.append(topic.backend)
-            backends += [ch.backend for ch in topic.channels.values() if ch.backend is not None]
+            backends.append(topic.backend)
+            backends += [ch.backend for ch in topic.channels.values()]
 
         def close_all() -> list[str]:
             errors = []
@@ -432,8 +432,11 @@ class NSQD:
 
     # --- disk backends ------------------------------------------------------------------------
 
-    def make_backend(self, name: str) -> DiskQueue:
-        """The DiskQueue of a topic (``name``) or channel (``topic:channel``)."""
+    def make_backend(self, name: str) -> BackendQueue:
+        """The backend of a topic (``name``) or channel (``topic:channel``): a DiskQueue that
+        tells the Syncer of its writes, or a NullBackend for ephemeral ones."""
+        if is_ephemeral(name.rpartition(":")[2]) or is_ephemeral(name.partition(":")[0]):
+            return NullBackend(name)
         opts = self.options
         return DiskQueue(
             name,
@@ -444,42 +447,9 @@ class NSQD:
             sync_every=opts.sync_every,
             sync_timeout=opts.sync_timeout,
             log=log,
+            events=self.syncer,
         )
 
-    def write_backend(self, backend: DiskQueue, records: list[bytes]) -> bool:
-        """Append records; True if the publisher must wait for the next fsync round.
-
-        Raises :class:`DiskQueueWriteError` (Go's text, ``written`` = records stored) and
-        turns the daemon unhealthy until a write succeeds again, as Go's SetHealth does.
-        """
-        syncer = self.syncer
-        assert syncer is not None
-        try:
-            backend.put_many(records)
-        except DiskQueueWriteError as e:
-            if e.written:
-                syncer.written(backend)
-            self.set_health(str(e))
-            raise
-        except DiskQueueError as e:
-            raise DiskQueueWriteError(str(e), 0) from e
-        if self._health_error is not None:
-            self.set_health(None)
-        return syncer.written(backend)
-
-    def note_backend_read(self, backend: DiskQueue) -> None:
-        """Reads move the queue's read position: let the next sync persist it."""
-        if self.syncer is not None:
-            self.syncer.written(backend)
-
-    def drop_backend(self, backend: DiskQueue) -> None:
-        if self.syncer is not None:
-            self.syncer.forget(backend)
-
-    def wait_durable(self, waiter: Waiter) -> None:
-        """Call ``waiter(error)`` once every write made so far is fsynced."""
-        assert self.syncer is not None
-        self.syncer.wait(waiter)
 
     @property
     def loading(self) -> bool:
@@ -604,7 +574,7 @@ class NSQD:
             log.info("NSQ: healthy again (disk writes succeed)")
         self._health_error = error
 
-    def _sync_result(self, error: BaseException | None) -> None:
+    def _sync_result(self, error: BaseException | str | None) -> None:
         self.set_health(None if error is None else str(error))
 
     def is_healthy(self) -> bool:

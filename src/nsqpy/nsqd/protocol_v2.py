@@ -512,23 +512,14 @@ class ProtocolV2(ClientV2):
         return msg_id
 
     def _fin(self, params: list[bytes], body: bytes | None) -> None:
-        # the hottest consumer command: validate and finish inline, errors take the slow path
+        # the hottest consumer command: the channel's fast path, errors take the slow one
         ch = self.channel
-        if len(params) == 2 and ch is not None:
-            msg_id = params[1]
-            msg = ch.in_flight.get(msg_id)
-            if msg is not None and msg.client is self:
-                del ch.in_flight[msg_id]
-                msg.client = None
-                if ch.e2e is not None:
-                    ch.record_latency(msg.timestamp)
-                self.finish_count += 1
-                self.in_flight_count -= 1
-                if not self.in_flight_count:
-                    self._inflight_q.clear()  # every entry is stale now
-                if not ch._pump_scheduled:
-                    ch.schedule_pump()
-                return
+        if len(params) == 2 and ch is not None and ch.finish(self, params[1]) is None:
+            self.finish_count += 1
+            self.in_flight_count -= 1
+            if not self.in_flight_count:
+                ch.all_finished(self)
+            return
         msg_id = self._msg_id("FIN", params, 2)
         assert ch is not None
         err = ch.finish(self, msg_id)
@@ -536,7 +527,6 @@ class ProtocolV2(ClientV2):
             raise ProtocolError("E_FIN_FAILED", f"FIN {msg_id.decode('latin-1')} failed {err}", fatal=False)
         self.finish_count += 1
         self.in_flight_count -= 1
-        ch.schedule_pump()
 
     def _req(self, params: list[bytes], body: bytes | None) -> None:
         msg_id = self._msg_id("REQ", params, 3)
@@ -586,16 +576,20 @@ class ProtocolV2(ClientV2):
             cmd, topic_name, "", lambda: self._publish(code, cmd, topic_name, bodies, defer)
         ):
             return
+        syncer = nsqd.syncer
+        assert syncer is not None
+        urgent = syncer.urgent_requests
         try:
             if nsqd.exiting:
                 raise TopicExitingError()
-            must_sync = nsqd.get_topic(topic_name).put_bodies(bodies, defer)
+            nsqd.get_topic(topic_name).put_bodies(bodies, defer)
         except (TopicExitingError, DiskQueueError, OSError) as e:
             raise fatal(code, f"{cmd} failed {e}") from None
         pc = self.pub_counts
         pc[topic_name] = pc.get(topic_name, 0) + len(bodies)
         self._append(OK_FRAME)
-        if must_sync:
+        if syncer.urgent_requests != urgent:
+            # this publish reached a queue's --sync-every: its OK waits for the fsync
             self._hold_for_sync(code, cmd)
 
     def _pub(self, params: list[bytes], body: bytes | None) -> None:

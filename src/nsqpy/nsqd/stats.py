@@ -27,9 +27,8 @@ from ..httpapi import go_json  # noqa: F401  (re-exported: stats.go_json)
 from .quantile import NO_RESULT
 
 if TYPE_CHECKING:
-    from .channel import Channel
+    from .channel import Channel, Consumer
     from .nsqd import NSQD
-    from .client_v2 import ClientV2
     from .quantile import Quantile
     from .topic import Topic
 
@@ -135,7 +134,7 @@ def _e2e_text(result: dict[str, Any]) -> str:
 # --- topics, channels, clients ----------------------------------------------------------------
 
 
-def client_stats(client: ClientV2, topic_filter: str = "") -> dict[str, Any]:
+def client_stats(client: Consumer, topic_filter: str = "") -> dict[str, Any]:
     """A client's ``ClientV2Stats`` in Go's key order, ``omitempty`` applied.
 
     With a topic filter, ``pub_counts`` keeps only that topic (as Go's ``Stats(topic)``).

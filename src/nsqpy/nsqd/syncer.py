@@ -1,14 +1,19 @@
 """Group commit for the daemon's DiskQueues: fsync off the event loop, many writes per fsync.
 
-Writers call :meth:`Syncer.written` after putting records on a queue; it says whether the
-write crossed the queue's --sync-every so the publisher must wait for the fsync before its
-``OK``. :meth:`Syncer.wait` registers such a waiter. One round at a time runs in a worker
-thread: it snapshots every dirty queue (cheap, on the loop), fsyncs them and their
-metadata (blocking, in the thread), then releases every waiter registered before the
-snapshot — so one fsync answers every publish that arrived before it. Dirty queues are also
-synced every --sync-timeout. A failed round hands its error to the waiters and to
-``on_result`` (the daemon's health), and its queues stay dirty, to be retried by the next
-round (at the latest after --sync-timeout).
+Every DiskQueue of the daemon tells its Syncer of its writes, reads and write failures (the
+:class:`~nsqpy.nsqd.diskqueue.QueueEvents` hooks). A write that crosses the queue's
+--sync-every makes a sync *urgent* and bumps :attr:`Syncer.urgent_requests`: a publisher
+compares that counter before and after its publish to know whether it must wait for the
+fsync before its ``OK`` (:meth:`Syncer.wait`), so nothing has to carry the answer back up
+through the topic and channels.
+
+One round at a time runs in a worker thread: it snapshots every dirty queue (cheap, on the
+loop), fsyncs them and their metadata (blocking, in the thread), then releases every waiter
+registered before the snapshot, so one fsync answers every publish that arrived before it.
+Dirty queues are also synced every --sync-timeout. A failed round (or a failed write) hands
+its error to the waiters and to ``on_result`` (the daemon's health, cleared again by the
+next successful write or round), and its queues stay dirty, to be retried by the next round
+(at the latest after --sync-timeout).
 """
 
 from __future__ import annotations
@@ -52,7 +57,7 @@ class Syncer:
         self,
         loop: asyncio.AbstractEventLoop,
         sync_timeout: float,
-        on_result: Callable[[BaseException | None], None] | None = None,
+        on_result: Callable[[BaseException | str | None], None] | None = None,
     ) -> None:
         self._loop = loop
         self._on_result = on_result
@@ -65,21 +70,43 @@ class Syncer:
         self._timer: asyncio.Task[None] | None = None
         #: rounds completed (for stats and tests)
         self.rounds = 0
+        #: syncs made urgent by writes so far (publishers compare it around a publish)
+        self.urgent_requests = 0
+        self._unhealthy = False
 
     def start(self) -> None:
         self._timer = self._loop.create_task(self._periodic())
 
-    def written(self, queue: Syncable) -> bool:
-        """Note a write to ``queue``; True if it must be fsynced before it is acknowledged."""
+    # --- QueueEvents ---------------------------------------------------------------------
+
+    def wrote(self, queue: Syncable) -> None:
+        """Records were written to ``queue``: sync it soon, now if its --sync-every is
+        reached (then :attr:`urgent_requests` grows)."""
+        self._dirty[id(queue)] = queue
+        if self._unhealthy:
+            self._result(None)
+        if queue.needs_sync():
+            self.urgent_requests += 1
+            self._urgent = True
+            self._kick()
+
+    def read(self, queue: Syncable) -> None:
+        """Records were read: the queue's read position must be persisted too."""
         self._dirty[id(queue)] = queue
         if queue.needs_sync():
             self._urgent = True
             self._kick()
-            return True
-        return False
 
-    def forget(self, queue: Syncable) -> None:
-        """A queue was closed or deleted: drop it from the next round."""
+    def write_failed(self, queue: Syncable, error: str) -> None:
+        self._result(error)
+
+    def _result(self, error: BaseException | str | None) -> None:
+        self._unhealthy = error is not None
+        if self._on_result is not None:
+            self._on_result(error)
+
+    def deleted(self, queue: Syncable) -> None:
+        """A queue was deleted: drop it from the next round."""
         self._dirty.pop(id(queue), None)
 
     def wait(self, waiter: Waiter) -> None:
@@ -107,8 +134,7 @@ class Syncer:
                     err = e
                     for key, q in queues.items():
                         self._dirty.setdefault(key, q)
-                if self._on_result is not None:
-                    self._on_result(err)
+                self._result(err)
             self.rounds += 1
             for w in waiters:
                 try:

@@ -16,13 +16,13 @@ from collections import deque
 from typing import TYPE_CHECKING, Any
 
 from ..protocol.names import is_ephemeral
+from .backend import BackendQueue, Queued
 from .channel import Channel, decode_records, encode_messages
 from .diskqueue import DiskQueueError, DiskQueueWriteError
 from .message import Message
 from .quantile import aggregate_result
 
 if TYPE_CHECKING:
-    from .diskqueue import DiskQueue
     from .nsqd import NSQD
 
 log = logging.getLogger("nsqd")
@@ -39,7 +39,7 @@ class TopicExitingError(Exception):
         return "exiting"
 
 
-class Topic:
+class Topic(Queued):
     __slots__ = (
         "name",
         "nsqd",
@@ -67,7 +67,7 @@ class Topic:
         self.exiting = False
         self.message_count = 0
         self.message_bytes = 0
-        self.backend: DiskQueue | None = None if self.ephemeral else nsqd.make_backend(name)
+        self.backend: BackendQueue = nsqd.make_backend(name)
         self._draining = False
         #: a backlog chunk whose move failed: its position, and how many of its messages
         #: each channel (by name) already took
@@ -78,19 +78,18 @@ class Topic:
 
     # --- publishing -------------------------------------------------------------------------
 
-    def put_bodies(self, bodies: list[bytes], defer: float = 0.0) -> bool:
+    def put_bodies(self, bodies: list[bytes], defer: float = 0.0) -> None:
         """Publish raw bodies (PUB/MPUB/DPUB, HTTP /pub and /mpub), all or nothing.
 
-        Returns True when the messages went to a DiskQueue whose --sync-every was reached:
-        the publisher must then wait for the fsync before acknowledging. Raises
-        :class:`TopicExitingError`, or :class:`DiskQueueWriteError` (Go's text) if a disk
-        write failed: the publish is refused, though a channel may already hold a copy.
+        Raises :class:`TopicExitingError`, or :class:`DiskQueueWriteError` (Go's text) if a
+        disk write failed: the publish is refused, though a channel may already hold a copy.
+        (Whether the publisher must wait for an fsync is the Syncer's to say.)
         """
         if self.exiting:
             raise TopicExitingError()
         n = len(bodies)
         if not n:
-            return False
+            return
         nsqd = self.nsqd
         ids = nsqd.guid.new_ids(n)
         ts = nsqd.now_ns()
@@ -100,35 +99,30 @@ class Topic:
                 m.defer = defer
         self.message_bytes += sum(map(len, bodies))
         if self.paused or self.starting or not self.channels:
-            must_sync = self._hold(msgs)
+            self._hold(msgs)
         else:
-            must_sync = self._distribute(msgs)
+            self._distribute(msgs)
         self.message_count += n
-        return must_sync
 
-    def _hold(self, msgs: list[Message]) -> bool:
+    def _hold(self, msgs: list[Message]) -> None:
         free = self.nsqd.options.mem_queue_size - len(self.queue)
         if free >= len(msgs):
             self.queue.extend(msgs)
-            return False
+            return
         keep = max(free, 0)
-        if self.backend is None:  # ephemeral: NSQ drops the overflow
-            self.queue.extend(msgs[:keep])
-            return False
         try:
-            must_sync = self.nsqd.write_backend(self.backend, encode_messages(msgs[keep:]))
+            if self.backend.durable:  # else ephemeral: NSQ drops the overflow
+                self.backend.put_many(encode_messages(msgs[keep:]))
         finally:
             if keep:  # kept even when the overflow failed: the publisher is told anyway
                 self.queue.extend(msgs[:keep])
-        return must_sync
 
-    def _distribute(self, msgs: list[Message], done: dict[str, int] | None = None) -> bool:
+    def _distribute(self, msgs: list[Message], done: dict[str, int] | None = None) -> None:
         """Give every channel its copy; the first write failure is raised.
 
         ``done`` (a failed backlog move being retried) says how many leading messages each
         channel already took: it skips those, and on failure the dict is updated.
         """
-        must_sync = False
         first = True
         for ch in list(self.channels.values()):
             skip = done.get(ch.name, 0) if done is not None else 0
@@ -139,14 +133,13 @@ class Topic:
                 part = [m.copy() for m in part]
             first = False
             try:
-                must_sync |= ch.put_messages(part)
+                ch.put_messages(part)
             except DiskQueueWriteError as e:
                 if done is not None:
                     done[ch.name] = skip + e.written
                 raise
             if done is not None:
                 done[ch.name] = len(msgs)
-        return must_sync
 
     def flow(self) -> None:
         """Move held messages to the channels (first channel created, unpause, start-up)."""
@@ -156,7 +149,7 @@ class Topic:
             msgs = list(self.queue)
             self.queue.clear()
             self._flow_held(msgs)
-        if self.backend is not None and self.backend.depth and not self._draining:
+        if self.backend.depth and not self._draining:
             self._draining = True
             self.nsqd.loop.call_soon(self._drain_backend)
 
@@ -182,8 +175,7 @@ class Topic:
         self._draining = False
         b = self.backend
         if (
-            b is None
-            or self.exiting
+            self.exiting
             or self.paused
             or self.starting
             or not self.channels
@@ -202,15 +194,13 @@ class Topic:
             return
         self._drain_at = None
         self._drain_done = {}
-        self.nsqd.note_backend_read(b)
         if b.depth:
             self._draining = True
             self.nsqd.loop.call_soon(self._drain_backend)
 
     def _move_chunk(self, records: list[bytes]) -> None:
         b = self.backend
-        assert b is not None
-        at = (b.read_file_num, b.read_pos)
+        at = b.read_position
         if self._drain_at != at:
             self._drain_at = at
             self._drain_done = {}
@@ -219,7 +209,7 @@ class Topic:
         only = chans[0] if len(chans) == 1 else None
         if (
             only is not None
-            and only.backend is not None
+            and only.backend.durable
             and len(only.queue) >= self.nsqd.options.mem_queue_size
         ):
             # no need to decode what goes back to disk as is
@@ -270,17 +260,6 @@ class Topic:
             now_ns,
         )
 
-    @property
-    def depth(self) -> int:
-        """Messages held (memory + backend), as NSQ's Depth()."""
-        b = self.backend
-        return len(self.queue) + (b.depth if b is not None else 0)
-
-    @property
-    def backend_depth(self) -> int:
-        b = self.backend
-        return b.depth if b is not None else 0
-
     def pause(self) -> None:
         self.paused = True
         self.nsqd.on_metadata_changed()
@@ -292,8 +271,7 @@ class Topic:
 
     def empty(self) -> None:
         self.queue.clear()
-        if self.backend is not None:
-            self.backend.empty()
+        self.backend.empty()
 
     def close(self) -> None:
         """Topic deleted: close every channel (disconnecting their clients), drop its files."""
@@ -302,16 +280,13 @@ class Topic:
             ch.close()
         self.channels.clear()
         self.queue.clear()
-        if self.backend is not None:
-            self.nsqd.drop_backend(self.backend)
-            self.backend.delete()
-            self.backend = None
+        self.backend.delete()
 
     def flush(self) -> list[str]:
         """Clean shutdown: held messages to the backend, then every channel's. Returns what
         could not be written (each error logged)."""
         errors = []
-        if self.backend is not None and self.queue:
+        if self.backend.durable and self.queue:
             n = len(self.queue)
             try:
                 self.backend.put_many(encode_messages(list(self.queue)))
