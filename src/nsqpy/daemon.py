@@ -16,6 +16,7 @@ from collections.abc import Coroutine
 from typing import Any
 
 from . import NSQ_VERSION, __version__
+from .protocol.address import format_address, split_listen_address
 
 __all__ = [
     "LEVELS",
@@ -64,19 +65,8 @@ def setup_logging(prefix: str, level: str) -> None:
     logging.getLogger("aiohttp.access").setLevel(logging.WARNING)
 
 
-def split_address(addr: str) -> Address:
-    """``host:port`` → (host, port); anything without a port is a unix socket path."""
-    if addr.startswith("/") or ":" not in addr:
-        return addr
-    host, _, port = addr.rpartition(":")
-    host = host.strip("[]")
-    if not port.isdigit() or int(port) > 65535:
-        raise ValueError(f"invalid address {addr!r}: bad port {port!r}")
-    return host, int(port)
-
-
-def format_address(host: str, port: int) -> str:
-    return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+#: a daemon's listen address: (host, port), or a unix socket path
+split_address = split_listen_address
 
 
 def listen_socket(addr: str) -> socket.socket:
@@ -100,6 +90,11 @@ def bound_address(sock: socket.socket) -> Address:
     if isinstance(name, tuple):
         return name[0], name[1]
     return str(name)
+
+
+def bound_port(addr: Address | None) -> int:
+    """The port a listener is bound to; -1 for a unix socket or none (Go's /info)."""
+    return addr[1] if isinstance(addr, tuple) else -1
 
 
 def address_str(addr: Address | None) -> str:

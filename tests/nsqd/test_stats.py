@@ -16,6 +16,7 @@ from conftest import make_options
 from support import RawClient, wait_for
 
 from nsqpy.nsqd import stats
+from nsqpy.httpapi import go_json
 from nsqpy.nsqd.nsqd import NSQD
 from nsqpy.protocol import commands
 
@@ -384,7 +385,7 @@ def test_rfc3339_local_time(monkeypatch, tz, text):
 
 
 def test_go_json_escapes_html_like_go():
-    assert stats.go_json({"a": "<b>&é\u2028", "n": None, "l": [1, True]}) == (
+    assert go_json({"a": "<b>&é\u2028", "n": None, "l": [1, True]}) == (
         '{"a":"\\u003cb\\u003e\\u0026é\\u2028","n":null,"l":[1,true]}'.encode()
     )
 

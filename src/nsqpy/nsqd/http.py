@@ -396,7 +396,7 @@ class HTTPServer:
 
     def _options_changed(self, opt: str) -> None:
         if opt == "log_level":
-            from .main import LEVELS
+            from ..daemon import LEVELS
 
             log.setLevel(LEVELS.get(self.nsqd.options.log_level.lower(), logging.INFO))
         # Go's triggerOptsNotification (lookupd peers reconnect): the daemon may attach one

@@ -21,7 +21,7 @@ import struct
 from typing import TYPE_CHECKING
 
 from .. import NSQ_VERSION
-from ..daemon import format_address
+from ..protocol.address import format_address
 from ..protocol.lookup import MAGIC_V1, identify, ping, register, unregister
 
 if TYPE_CHECKING:

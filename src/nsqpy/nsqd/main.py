@@ -7,7 +7,7 @@ import logging
 import sys
 
 from .. import daemon
-from ..daemon import LEVELS, setup_logging  # noqa: F401  (LEVELS re-exported)
+from ..daemon import setup_logging
 from .nsqd import NSQD, ShutdownError
 from .options import (
     HelpRequested,

@@ -21,8 +21,9 @@ from typing import Any
 
 import aiohttp
 
-from ..daemon import format_address, split_address  # noqa: F401  (re-exported)
+from ..daemon import bound_port
 from ..daemon import listen_socket as _listen_socket
+from ..protocol.address import format_address
 from ..protocol.frames import MESSAGE_HEADER_SIZE
 from ..protocol.names import is_ephemeral, is_valid_topic_name
 from ..transport import TransportError, server_tls_context
@@ -215,11 +216,11 @@ class NSQD:
 
     @property
     def tcp_port(self) -> int:
-        return self.tcp_address[1] if isinstance(self.tcp_address, tuple) else -1
+        return bound_port(self.tcp_address)
 
     @property
     def http_port(self) -> int:
-        return self.http_address[1] if isinstance(self.http_address, tuple) else -1
+        return bound_port(self.http_address)
 
     @property
     def https_port(self) -> int:

@@ -23,7 +23,6 @@ from typing import TYPE_CHECKING, Any
 
 from .. import NSQ_VERSION
 from ..goflags import format_duration_ns
-from ..httpapi import go_json  # noqa: F401  (re-exported: stats.go_json)
 from .quantile import NO_RESULT
 
 if TYPE_CHECKING:
@@ -294,7 +293,7 @@ def stats_text(
     include_mem: bool = True,
 ) -> str:
     """The plain-text ``/stats`` report, laid out as Go's ``printStats``."""
-    from .main import version_string
+    from ..daemon import version_string
 
     topics, producers = get_stats(nsqd, topic, channel, include_clients)
     now = time.time()

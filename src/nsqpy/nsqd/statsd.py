@@ -48,7 +48,7 @@ import socket
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from ..daemon import format_address
+from ..protocol.address import format_address
 from ..protocol.names import is_ephemeral
 from .stats import get_stats, install_gc_tracker, mem_stats
 

@@ -221,8 +221,9 @@ class LookupProtocolV1(asyncio.Protocol):
             {
                 "broadcast_address": lookupd.options.broadcast_address,
                 "hostname": socket.gethostname(),
-                "http_port": lookupd.http_port,
-                "tcp_port": lookupd.tcp_port,
+                # Go answers 0 for a listener that is not TCP (a unix socket)
+                "http_port": max(lookupd.http_port, 0),
+                "tcp_port": max(lookupd.tcp_port, 0),
                 "version": NSQ_VERSION,
             }
         )

@@ -18,7 +18,7 @@ import socket
 import time
 from typing import Any
 
-from ..daemon import Address, address_str, bound_address, listen_socket
+from ..daemon import Address, address_str, bound_address, bound_port, listen_socket
 from .lookup_protocol_v1 import LookupProtocolV1
 from .options import Options
 from .registration_db import RegistrationDB
@@ -115,13 +115,13 @@ class NSQLookupd:
 
     @property
     def tcp_port(self) -> int:
-        """The bound TCP port (0 for a unix socket)."""
-        return self.tcp_address[1] if isinstance(self.tcp_address, tuple) else 0
+        """The bound TCP port (-1 for a unix socket, as nsqd's)."""
+        return bound_port(self.tcp_address)
 
     @property
     def http_port(self) -> int:
-        """The bound HTTP port (0 for a unix socket)."""
-        return self.http_address[1] if isinstance(self.http_address, tuple) else 0
+        """The bound HTTP port (-1 for a unix socket, as nsqd's)."""
+        return bound_port(self.http_address)
 
     @property
     def tcp_addr_str(self) -> str:
