@@ -16,12 +16,13 @@ import itertools
 import json
 import logging
 import os
-import struct
 import time
 from collections import deque
 from typing import TYPE_CHECKING, Any, Protocol
 
-from ..protocol.frames import encode_message
+from ..protocol.frames import MESSAGE_BODY_OFFSET as BODY_AT
+from ..protocol.frames import MESSAGE_FIELDS, encode_message
+from ..protocol.frames import MESSAGE_ID_OFFSET as ID_AT
 from ..protocol.names import is_ephemeral
 from .backend import BackendQueue, Queued
 from .diskqueue import DiskQueueError, DiskQueueWriteError
@@ -49,7 +50,7 @@ def encode_messages(msgs: list[Message]) -> list[bytes]:
     return [encode_message(m.timestamp, m.attempts, m.id, m.body) for m in msgs]
 
 
-_unpack_head = struct.Struct(">qH").unpack_from
+_unpack_head = MESSAGE_FIELDS.unpack_from
 
 
 def decode_records(records: list[bytes], where: str) -> list[Message]:
@@ -57,11 +58,11 @@ def decode_records(records: list[bytes], where: str) -> list[Message]:
     out = []
     append = out.append
     for r in records:
-        if len(r) < 26:
+        if len(r) < BODY_AT:
             log.error("%s: failed to decode message - invalid message buffer size (%d)", where, len(r))
             continue
         ts, attempts = _unpack_head(r, 0)
-        append(Message(r[10:26], r[26:], ts, attempts))
+        append(Message(r[ID_AT:BODY_AT], r[BODY_AT:], ts, attempts))
     return out
 
 

@@ -13,7 +13,6 @@ from __future__ import annotations
 import asyncio
 import logging
 import random
-import struct
 import time
 from typing import TYPE_CHECKING, Any
 
@@ -21,9 +20,13 @@ from ..protocol.errors import ProtocolError
 from ..protocol.frames import (
     FRAME_TYPE_MESSAGE,
     HEARTBEAT_FRAME,
+    MESSAGE_FRAME_PREFIX,
     MESSAGE_HEADER_SIZE,
     encode_error,
 )
+
+#: a message frame's bytes beyond its body: the size field and the header
+_FRAME_OVERHEAD = 4 + MESSAGE_HEADER_SIZE
 
 if TYPE_CHECKING:
     from ..transport import Stack
@@ -41,7 +44,7 @@ STATE_CLOSING = 4
 
 DEFAULT_BUFFER_SIZE = 16 * 1024
 
-_MSG_HEAD = struct.Struct(">IiqH").pack
+_MSG_HEAD = MESSAGE_FRAME_PREFIX.pack
 _INFINITE = float("inf")
 
 
@@ -324,7 +327,7 @@ class ClientV2(asyncio.Protocol):
             append(head(hsize + len(body), mtype, msg.timestamp, msg.attempts))
             append(msg.id)
             append(body)
-            nbytes += 34 + len(body)
+            nbytes += _FRAME_OVERHEAD + len(body)
             sent += 1
         self.in_flight_count += sent
         self.message_count += sent

@@ -244,9 +244,6 @@ class DiskQueue:
     def file_name(self, file_num: int) -> str:
         return "%s%06d.dat" % (self._prefix, file_num)
 
-    def metadata_file_name(self) -> str:
-        return self._meta_path
-
     def metadata_text(self) -> str:
         return _META_FMT % (
             self.depth,
@@ -795,10 +792,6 @@ class DiskQueue:
         finally:
             self._closed = True
             self._close_files()
-
-    @property
-    def closed(self) -> bool:
-        return self._closed
 
     def _close_files(self) -> None:
         self._close_read_file()

@@ -20,16 +20,27 @@ MSG_ID_LENGTH = 16
 #: Bytes of a message frame before the body: type + timestamp + attempts + id.
 MESSAGE_HEADER_SIZE = 4 + 8 + 2 + MSG_ID_LENGTH
 
-_FRAME_HEADER = struct.Struct(">Ii")
-_MESSAGE_PREFIX = struct.Struct(">IiqH")
-_MESSAGE_FIELDS = struct.Struct(">qH")
-#: A message frame's header up to the body: size, type, timestamp, attempts, id.
-_MESSAGE_FRAME_HEADER = struct.Struct(">IiqH16s")
-_INT32 = struct.Struct(">i")
-_UINT32 = struct.Struct(">I")
+#: A stored message (the frame's data, and a DiskQueue record) is
+#: ``[int64 timestamp][uint16 attempts][16-byte id][body]``: where its id and body start.
+MESSAGE_ID_OFFSET = 8 + 2
+MESSAGE_BODY_OFFSET = MESSAGE_ID_OFFSET + MSG_ID_LENGTH
 
-pack_int32 = _INT32.pack
-unpack_int32_from = _INT32.unpack_from
+#: ``[uint32 size][int32 type]``
+FRAME_HEADER = struct.Struct(">Ii")
+#: a message frame up to its id: size, type, timestamp, attempts
+MESSAGE_FRAME_PREFIX = struct.Struct(">IiqH")
+#: a stored message's timestamp and attempts
+MESSAGE_FIELDS = struct.Struct(">qH")
+#: A message frame's header up to the body: size, type, timestamp, attempts, id.
+MESSAGE_FRAME_HEADER = struct.Struct(">IiqH16s")
+
+#: the size prefix of frames and bodies
+unpack_int32_from = struct.Struct(">i").unpack_from
+
+_FRAME_HEADER = FRAME_HEADER
+_MESSAGE_PREFIX = MESSAGE_FRAME_PREFIX
+_MESSAGE_FIELDS = MESSAGE_FIELDS
+_MESSAGE_FRAME_HEADER = MESSAGE_FRAME_HEADER
 
 
 def encode_frame(frame_type: int, data: bytes) -> bytes:
@@ -77,7 +88,9 @@ def decode_message(data: bytes | memoryview) -> DecodedMessage:
     if len(data) < MESSAGE_HEADER_SIZE - 4:
         raise ValueError(f"invalid message buffer size ({len(data)})")
     ts, attempts = _MESSAGE_FIELDS.unpack_from(data, 0)
-    return DecodedMessage(ts, attempts, bytes(data[10:26]), bytes(data[26:]))
+    return DecodedMessage(
+        ts, attempts, bytes(data[MESSAGE_ID_OFFSET:MESSAGE_BODY_OFFSET]), bytes(data[MESSAGE_BODY_OFFSET:])
+    )
 
 
 M = TypeVar("M")
