@@ -1,11 +1,11 @@
 #!/usr/bin/env bash
 # Install (into .venv) and run a local cluster in the foreground: nsqlookupd on 127.0.0.1:4160
-# (TCP) / 4161 (HTTP) and nsqd on 127.0.0.1:4150 (TCP) / 4151 (HTTP), registered with it,
-# data in ./data/nsqd. Ctrl-C (or SIGTERM) stops both cleanly and returns once both have
-# finished their shutdown; the exit status is nsqd's.
+# (TCP) / 4161 (HTTP), nsqd on 127.0.0.1:4150 (TCP) / 4151 (HTTP) registered with it (data in
+# ./data/nsqd), and nsqadmin on http://127.0.0.1:4171. Ctrl-C (or SIGTERM) stops them all
+# cleanly and returns once all have finished their shutdown; the exit status is nsqd's.
 # Extra args go to nsqd, e.g. `bash scripts/run.sh --mem-queue-size=100`. The addresses and
 # the data path may be changed with NSQLOOKUPD_TCP_ADDRESS, NSQLOOKUPD_HTTP_ADDRESS,
-# NSQD_TCP_ADDRESS, NSQD_HTTP_ADDRESS and NSQD_DATA_PATH.
+# NSQD_TCP_ADDRESS, NSQD_HTTP_ADDRESS, NSQADMIN_HTTP_ADDRESS and NSQD_DATA_PATH.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh
@@ -13,12 +13,14 @@ LOOKUPD_TCP=${NSQLOOKUPD_TCP_ADDRESS:-127.0.0.1:4160}
 LOOKUPD_HTTP=${NSQLOOKUPD_HTTP_ADDRESS:-127.0.0.1:4161}
 NSQD_TCP=${NSQD_TCP_ADDRESS:-127.0.0.1:4150}
 NSQD_HTTP=${NSQD_HTTP_ADDRESS:-127.0.0.1:4151}
+ADMIN_HTTP=${NSQADMIN_HTTP_ADDRESS:-127.0.0.1:4171}
 DATA=${NSQD_DATA_PATH:-data/nsqd}
 mkdir -p "$DATA"
 
-lookupd= nsqd=
+lookupd= nsqd= admin=
 stop() {
   # Ctrl-C reaches the daemons from the terminal too; SIGTERM covers `kill <this script>`
+  if [ -n "$admin" ]; then kill -TERM "$admin" 2>/dev/null || true; fi
   if [ -n "$nsqd" ]; then kill -TERM "$nsqd" 2>/dev/null || true; fi
   if [ -n "$lookupd" ]; then kill -TERM "$lookupd" 2>/dev/null || true; fi
 }
@@ -75,8 +77,12 @@ fi
   --lookupd-tcp-address="$LOOKUPD_TCP" "$@" &
 nsqd=$!
 
+.venv/bin/nsqadmin --http-address="$ADMIN_HTTP" --lookupd-http-address="$LOOKUPD_HTTP" &
+admin=$!
+
 status=0
 reap "$nsqd" || status=$?
-kill -TERM "$lookupd" 2>/dev/null || true
+kill -TERM "$admin" "$lookupd" 2>/dev/null || true
+reap "$admin" || true
 reap "$lookupd" || true
 exit "$status"

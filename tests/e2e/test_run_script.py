@@ -41,13 +41,14 @@ class RunScript:
         shutil.copy(ROOT / "pyproject.toml", self.home / "pyproject.toml")
         os.symlink(Path(sys.executable).parents[1], self.home / ".venv")
         self.data = tmp_path / "data"
-        self.ports = {k: free_port() for k in ("lt", "lh", "nt", "nh")}
+        self.ports = {k: free_port() for k in ("lt", "lh", "nt", "nh", "ah")}
         self.env = dict(
             os.environ,
             NSQLOOKUPD_TCP_ADDRESS=f"127.0.0.1:{self.ports['lt']}",
             NSQLOOKUPD_HTTP_ADDRESS=f"127.0.0.1:{self.ports['lh']}",
             NSQD_TCP_ADDRESS=f"127.0.0.1:{self.ports['nt']}",
             NSQD_HTTP_ADDRESS=f"127.0.0.1:{self.ports['nh']}",
+            NSQADMIN_HTTP_ADDRESS=f"127.0.0.1:{self.ports['ah']}",
             NSQD_DATA_PATH=str(self.data),
         )
         self.proc: subprocess.Popen[str] | None = None
@@ -111,6 +112,10 @@ def test_stop_returns_after_both_daemons_finished(run, how):
     body = b"\n".join(b"message %d" % i for i in range(2000))
     assert run.nsqd("/mpub?topic=t", body)[0] == 200
     wait_until(lambda: b'"t"' in run.lookupd("/topics")[1], timeout=10, what="registration")
+    # nsqadmin runs too, and sees the topic through nsqlookupd
+    admin = f"http://127.0.0.1:{run.ports['ah']}"
+    wait_until(lambda: _listening(run.ports["ah"]) and b'"t"' in
+               http_request(admin + "/api/topics", timeout=5)[1], timeout=30, what="nsqadmin")
 
     if how == "ctrl-c":
         os.killpg(p.pid, signal.SIGINT)
