@@ -171,3 +171,5 @@ async def test_cancel_is_never_lost_when_lookupd_closes_at_the_same_moment() -> 
             assert cancelled
         except ConnectionError:
             assert not cancelled, f"cancel after {turns} turns was swallowed"
+        else:
+            pytest.fail(f"after {turns} turns the peer neither ended by the cancel nor saw EOF")
