@@ -40,13 +40,13 @@ from aiohttp import web
 
 from ..goflags import go_quote
 from .. import NSQ_VERSION
+from ..pprof import Pprof
 from ..httpapi import (
     JSON_TYPE,
     PLAIN,
     V1_HEADER,
     HTTPError,
     Params,
-    Pprof,
     Router,
     continue_100,
     get_param,
@@ -404,7 +404,7 @@ class HTTPServer:
         if hook is not None:
             hook(opt)
 
-    # --- debug (the pprof equivalents are nsqpy.httpapi.Pprof) -----------------------------------
+    # --- debug (the pprof equivalents are nsqpy.pprof.Pprof) -------------------------------------
 
     async def set_block_rate(self, request: web.Request, params: Params) -> Any:
         values, _ = parse_query(request.rel_url.raw_query_string)

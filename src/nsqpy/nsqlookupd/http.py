@@ -19,11 +19,11 @@ from typing import TYPE_CHECKING, Any
 from aiohttp import web
 
 from .. import NSQ_VERSION
+from ..pprof import Pprof
 from ..httpapi import (
     PLAIN,
     HTTPError,
     Params,
-    Pprof,
     Router,
     get_param,
     req_params,
