@@ -1,7 +1,35 @@
+"""The root conftest: shared fixtures, and markers given by directory so that a fast loop can
+leave the slow suites out (``bash scripts/test.sh -m "not spark and not browser"``)."""
+
+from pathlib import Path
+
+import pytest
 import pytest_asyncio
 
 from nsqpy.nsqd.nsqd import NSQD
 from nsqpy.nsqd.options import Options
+
+#: tests/<dir> → the marker its tests carry (registered in pyproject.toml)
+DIRECTORY_MARKERS = {
+    "e2e": "e2e",
+    "spark": "spark",
+    "interop": "interop",
+    "browser": "browser",
+    "reliability": "reliability",
+}
+
+_TESTS = Path(__file__).parent
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    for item in items:
+        try:
+            top = Path(item.path).relative_to(_TESTS).parts[0]
+        except ValueError:
+            continue
+        marker = DIRECTORY_MARKERS.get(top)
+        if marker is not None:
+            item.add_marker(marker)
 
 
 def make_options(tmp_path, **kw):
