@@ -13,6 +13,11 @@ The client runs in this process (on uvloop when installed); nsqd is a separate p
 started on free ports with a temp --data-path (as run.py does) unless --nsqd-tcp-address
 is given. Unlike the other tools this one imports nsqpy: it measures the library, not nsqd.
 Exits non-zero on errors, or if the consumer read back fewer or more messages than written.
+
+--tls, --snappy, --deflate (--deflate-level) make both phases' connections upgrade through
+the library's ConnectionConfig (tls_v1, snappy, deflate…): with --tls the started nsqd gets
+a throwaway CA-signed certificate (bench/certs.py) that the client verifies. The run fails
+if nsqd did not agree to what was asked.
 """
 
 from __future__ import annotations
@@ -37,7 +42,7 @@ sys.path.insert(0, str(BENCH))
 import nsqbench as nb  # noqa: E402
 from run import Daemon, default_nsqd_bin, proc_cpu_seconds  # noqa: E402
 
-from nsqpy.client import Consumer, Message, Producer  # noqa: E402
+from nsqpy.client import Connection, ConnectionConfig, Consumer, Message, Producer  # noqa: E402
 
 TOOL = "bench_client"
 
@@ -79,10 +84,12 @@ def build_args(argv: list[str] | None = None) -> argparse.Namespace:
                    help="cap on the consume phase")
     w.add_argument("--idle-timeout", type=nb.parse_duration, default=5.0,
                    help="fail the consume phase after this long without a message")
+    nb.add_upgrade_args(p)
     p.add_argument("--no-uvloop", action="store_true", help="use the default asyncio loop")
     p.add_argument("--smoke", action="store_true", help="tiny fast run (for CI)")
     p.add_argument("--json", action="store_true", help="also print one JSON summary line")
     args = p.parse_args(nb.go_flags(argv))
+    nb.check_upgrade_args(p, args)
     if args.size < 1 or args.batch_size < 1 or args.pipeline < 1 or args.max_in_flight < 1:
         p.error("--size, --batch-size, --pipeline and --max-in-flight must be >= 1")
     if args.disk:
@@ -98,15 +105,49 @@ def build_args(argv: list[str] | None = None) -> argparse.Namespace:
 # ------------------------------------------------------------------------- phases
 
 
-async def publish(args: argparse.Namespace, tcp: str, topic: str) -> dict[str, Any]:
+def client_config(args: argparse.Namespace, ca_file: str) -> ConnectionConfig:
+    """The library's configuration for --tls/--snappy/--deflate (the defaults without them)."""
+    if not nb.upgrade_wanted(args):
+        return ConnectionConfig()
+    ca = args.tls_root_ca_file or ca_file
+    return ConnectionConfig(
+        tls_v1=args.tls,
+        tls_root_ca_file=ca if args.tls and not args.tls_insecure_skip_verify else "",
+        tls_insecure_skip_verify=args.tls and (args.tls_insecure_skip_verify or not ca),
+        snappy=args.snappy,
+        deflate=args.deflate,
+        deflate_level=args.deflate_level,
+    )
+
+
+def negotiated(conn: Connection) -> str:
+    """What a connection upgraded to, as the other tools print it."""
+    tls = f"TLS {conn.tls_version} {conn.tls_cipher}" if conn.tls_version else ""
+    return ", ".join(p for p in (tls, conn.compression) if p)
+
+
+def check_negotiated(args: argparse.Namespace, conn: Connection, phase: str) -> str:
+    """``negotiated(conn)``; raises if nsqd declined an upgrade that was asked for."""
+    if args.tls and not conn.tls_version:
+        raise RuntimeError(f"{phase}: nsqd did not agree to TLS (--tls-cert/--tls-key?)")
+    want = "snappy" if args.snappy else "deflate" if args.deflate else None
+    if conn.compression != want:
+        raise RuntimeError(f"{phase}: nsqd agreed to compression {conn.compression}, not {want}")
+    return negotiated(conn)
+
+
+async def publish(args: argparse.Namespace, tcp: str, topic: str,
+                  cfg: ConnectionConfig) -> dict[str, Any]:
     """--pipeline tasks each awaiting publish_many in a loop, until --runfor or --count."""
     batch = [b"\x00" * args.size] * args.batch_size
     batches = -(-args.count // args.batch_size) if args.count else 0
     claimed = 0
     done = 0
 
-    async with Producer(tcp) as producer:
+    async with Producer(tcp, config=cfg) as producer:
         await producer.ping(timeout=10.0)
+        (conn,) = producer.connections.values()
+        upgrade = check_negotiated(args, conn, "PUB")
         loop = asyncio.get_running_loop()
         cpu0 = os.times()
         t0 = time.monotonic_ns()
@@ -127,13 +168,15 @@ async def publish(args: argparse.Namespace, tcp: str, topic: str) -> dict[str, A
         await asyncio.gather(*(worker() for _ in range(args.pipeline)))
         t1 = time.monotonic_ns()
         cpu1 = os.times()
-    return {"msgs": done * args.batch_size, "ns": t1 - t0, **cpu_used(cpu0, cpu1)}
+    return {"msgs": done * args.batch_size, "ns": t1 - t0, **cpu_used(cpu0, cpu1),
+            "negotiated": upgrade}
 
 
-async def consume(args: argparse.Namespace, tcp: str, topic: str, expected: int) -> dict[str, Any]:
+async def consume(args: argparse.Namespace, tcp: str, topic: str, expected: int,
+                  cfg: ConnectionConfig) -> dict[str, Any]:
     """Read back ``expected`` messages, FIN each; time from start to the last one."""
     consumer = Consumer(topic, args.channel, nsqd_tcp_addresses=tcp,
-                        max_in_flight=args.max_in_flight, drain_timeout=10.0)
+                        max_in_flight=args.max_in_flight, drain_timeout=10.0, config=cfg)
     got = 0
     done = asyncio.Event()
     last = time.monotonic()
@@ -182,12 +225,15 @@ async def consume(args: argparse.Namespace, tcp: str, topic: str, expected: int)
     t1 = time.monotonic_ns()
     cpu1 = os.times()
     stats = consumer.stats()
+    conns = list(consumer.connections.values())
+    upgrade = check_negotiated(args, conns[0], "SUB") if conns else "?"
     await consumer.close()
     for t in (work, dog):
         t.cancel()
     await asyncio.gather(work, dog, return_exceptions=True)
     return {"msgs": got, "ns": t1 - t0, **cpu_used(cpu0, cpu1), "stop": reason,
-            "finished": stats.messages_finished, "requeued": stats.messages_requeued}
+            "finished": stats.messages_finished, "requeued": stats.messages_requeued,
+            "negotiated": upgrade}
 
 
 def cpu_used(t0: os.times_result, t1: os.times_result) -> dict[str, float]:
@@ -233,7 +279,7 @@ def row(test: str, res: dict[str, Any], size: int, nsqd_cpu_s: float | None) -> 
 
 
 async def bench(args: argparse.Namespace, tcp: str, http: str, pid: int | None,
-                topic: str, failures: list[str]) -> list[dict[str, Any]]:
+                topic: str, failures: list[str], cfg: ConnectionConfig) -> list[dict[str, Any]]:
     def cpu() -> float | None:
         return proc_cpu_seconds(pid) if pid else None
 
@@ -243,7 +289,7 @@ async def bench(args: argparse.Namespace, tcp: str, http: str, pid: int | None,
 
     rows = []
     c0 = cpu()
-    pub = await publish(args, tcp, topic)
+    pub = await publish(args, tcp, topic, cfg)
     result("PUB", pub["ns"], pub["msgs"], args.size)
     rows.append(row("PUB", pub, args.size, delta(c0)))
     if not pub["msgs"]:
@@ -251,7 +297,7 @@ async def bench(args: argparse.Namespace, tcp: str, http: str, pid: int | None,
         return rows
 
     c0 = cpu()
-    sub = await consume(args, tcp, topic, pub["msgs"])
+    sub = await consume(args, tcp, topic, pub["msgs"], cfg)
     result("SUB", sub["ns"], sub["msgs"], args.size)
     rows.append(row("SUB", sub, args.size, delta(c0)))
     if sub["msgs"] != pub["msgs"]:
@@ -279,6 +325,9 @@ def print_summary(args: argparse.Namespace, target: str, loop_name: str,
           f"max_in_flight={args.max_in_flight} style={args.style}"
           f"{'' if args.nsqd_tcp_address else f' mem-queue-size={args.mem_queue_size}'}"
           f"{' (smoke)' if args.smoke else ''}")
+    if nb.upgrade_wanted(args):
+        got = sorted({r.get("negotiated", "?") for r in rows})
+        print(f"   upgrade={nb.upgrade_name(args)}, negotiated: {' / '.join(got) or '-'}")
     print(f"{'test':<4} {'msgs':>10} {'msgs/s':>12} {'MB/s':>9} {'secs':>7} "
           f"{'client cpu':>10} {'us/msg':>7} {'nsqd cpu':>9}")
     for r in rows:
@@ -323,7 +372,8 @@ def main(argv: list[str] | None = None) -> int:
             tcp, http, pid = daemon.tcp, daemon.http, daemon.pid
             target = args.nsqd_bin
             print(f"# nsqd pid {pid} tcp {tcp} http {http} data {daemon.data}", flush=True)
-        rows = asyncio.run(bench(args, tcp, http, pid, topic, failures))
+        cfg = client_config(args, daemon.tls_ca if daemon is not None else "")
+        rows = asyncio.run(bench(args, tcp, http, pid, topic, failures, cfg))
     except Exception as exc:  # noqa: BLE001 - report, clean up, exit non-zero
         failures.append(f"{type(exc).__name__}: {exc}")
         target = args.nsqd_tcp_address or str(args.nsqd_bin)
@@ -336,7 +386,8 @@ def main(argv: list[str] | None = None) -> int:
     print_summary(args, target, loop_name, rows, failures)
     if args.json:
         print(json.dumps({"tool": TOOL, "target": target, "loop": loop_name, "rows": rows,
-                          "failures": failures, "pid": os.getpid()}))
+                          "upgrade": nb.upgrade_name(args), "failures": failures,
+                          "pid": os.getpid()}))
     return 1 if failures else 0
 
 

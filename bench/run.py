@@ -213,7 +213,9 @@ class Daemon:
                 pki = make_server_pki(self.tls_dir)
             except ImportError as exc:
                 raise RuntimeError(f"--tls needs the cryptography package ({exc})") from exc
-            cmd += [f"--tls-cert={pki.server_cert}", f"--tls-key={pki.server_key}"]
+            # the HTTPS listener comes with a certificate: on a free port, not 0.0.0.0:4152
+            cmd += [f"--tls-cert={pki.server_cert}", f"--tls-key={pki.server_key}",
+                    "--https-address=127.0.0.1:0"]
             self.tls_ca = pki.ca_cert
         level = getattr(self.args, "deflate_level", 6)
         if getattr(self.args, "deflate", False) and level > 6:  # nsqd's default maximum

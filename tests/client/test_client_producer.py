@@ -63,11 +63,15 @@ def test_config_from_go_options() -> None:
     assert c.identify()["output_buffer_timeout"] == 250
 
 
-def test_unsupported_features_refused() -> None:
-    with pytest.raises(UnsupportedFeatureError, match="snappy"):
-        Producer("127.0.0.1:1", config=ConnectionConfig(snappy=True))
-    with pytest.raises(UnsupportedFeatureError, match="tls_v1"):
-        Connection("127.0.0.1:1", ConnectionConfig(tls_v1=True))
+def test_tls_files_that_cannot_be_loaded_are_refused_at_once(tmp_path) -> None:
+    missing = str(tmp_path / "missing-ca.pem")
+    cfg = ConnectionConfig(tls_v1=True, tls_root_ca_file=missing)
+    with pytest.raises(UnsupportedFeatureError, match="tls_root_ca_file="):
+        Producer("127.0.0.1:1", config=cfg)
+    with pytest.raises(UnsupportedFeatureError, match="missing-ca.pem"):
+        Connection("127.0.0.1:1", cfg)
+    # TLS and compression themselves are supported now
+    Connection("127.0.0.1:1", ConnectionConfig(tls_v1=True, tls_insecure_skip_verify=True, snappy=True))
 
 
 async def test_connection_identify_and_heartbeat(nsqd: NSQD) -> None:

@@ -9,12 +9,14 @@ from .errors import (
     ConnectionClosedError,
     ErrorFrame,
     GiveUp,
+    HandshakeError,
     NoConnectionsError,
     NSQError,
     NSQHTTPError,
     ProtocolError,
     PublishError,
     RequeueMessage,
+    TLSError,
     UnsupportedFeatureError,
 )
 from .consumer import Consumer, ConsumerStats
@@ -39,6 +41,7 @@ __all__ = [
     "ConnectionConfig",
     "ErrorFrame",
     "GiveUp",
+    "HandshakeError",
     "LookupdHTTPClient",
     "NSQError",
     "NSQHTTPError",
@@ -51,5 +54,6 @@ __all__ = [
     "SyncConsumer",
     "SyncMessage",
     "SyncProducer",
+    "TLSError",
     "UnsupportedFeatureError",
 ]

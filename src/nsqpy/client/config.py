@@ -3,19 +3,32 @@
 Durations are float seconds. :meth:`ConnectionConfig.from_go_options` accepts the option
 names and textual values that go-nsq's ``Config.Set`` accepts (what ``--consumer-opt
 name,value`` and ``--producer-opt`` pass), e.g. ``{"max_in_flight": "200",
-"read_timeout": "30s"}``.
+"read_timeout": "30s", "tls_v1": "true", "tls_root_ca_file": "ca.pem", "snappy": "true",
+"auth_secret": "..."}``.
+
+The connection features, as in go-nsq: ``tls_v1`` asks nsqd for TLS (verified against
+``tls_root_ca_file``, else the system's CAs, unless ``tls_insecure_skip_verify``; a client
+certificate from ``tls_cert``/``tls_key``), or pass a ready ``ssl.SSLContext`` as
+``tls_context`` instead of the file options; ``snappy`` or ``deflate`` (``deflate_level``)
+compress the stream; ``auth_secret`` is sent with ``AUTH`` when nsqd requires it and as
+``Authorization: Bearer`` to nsqlookupd. nsqd may decline TLS or compression (no
+certificate, ``--snappy=false``): the connection then carries on without it, as go-nsq's
+does. The secret is never shown in ``repr``.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import socket
+import ssl
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from nsqpy import __version__
 from nsqpy.goflags import parse_bool, parse_duration
+from nsqpy.transport import client_tls_context, snappy_available
+from nsqpy.transport.tls import TLS_MIN_VERSIONS
 
 from .errors import UnsupportedFeatureError
 
@@ -53,6 +66,14 @@ _DURATIONS = frozenset({
     "low_rdy_idle_timeout", "low_rdy_timeout", "rdy_redistribute_interval", "heartbeat_interval",
     "output_buffer_timeout", "msg_timeout",
 })
+
+
+#: The TLS options a ``tls_context`` replaces.
+_TLS_FILE_OPTIONS = ("tls_root_ca_file", "tls_cert", "tls_key", "tls_min_version",
+                     "tls_insecure_skip_verify")
+
+#: Fields that are Python objects, not go-nsq options.
+_NOT_GO_OPTIONS = frozenset({"extra_identify", "tls_context"})
 
 
 def _default_hostname() -> str:
@@ -106,6 +127,9 @@ class ConnectionConfig:
     tls_cert: str = ""
     tls_key: str = ""
     tls_min_version: str = ""
+    #: A client context to use instead of the ``tls_*`` file options (implies ``tls_v1``).
+    #: nsqd's name is checked against the host of the address connected to.
+    tls_context: ssl.SSLContext | None = field(default=None, compare=False)
 
     deflate: bool = False
     deflate_level: int = 6
@@ -117,7 +141,7 @@ class ConnectionConfig:
     max_in_flight: int = 1
     msg_timeout: float = 0.0
     max_msg_size: int = 0
-    auth_secret: str = ""
+    auth_secret: str = field(default="", repr=False)
     skip_lookupd_authorization: bool = True
 
     #: Extra IDENTIFY fields (forward-compatible feature negotiation).
@@ -137,16 +161,65 @@ class ConnectionConfig:
             )
         if self.deflate and self.snappy:
             raise ValueError("cannot enable both deflate and snappy compression")
+        if self.tls_min_version and self.tls_min_version not in TLS_MIN_VERSIONS:
+            raise ValueError(
+                f"invalid tls_min_version {self.tls_min_version!r} "
+                f"(one of {', '.join(TLS_MIN_VERSIONS)})"
+            )
+        if bool(self.tls_cert) != bool(self.tls_key):
+            raise ValueError("tls_cert and tls_key must be given together")
+        if self.tls_context is not None:
+            if not isinstance(self.tls_context, ssl.SSLContext):
+                raise TypeError(f"tls_context must be an ssl.SSLContext, not {type(self.tls_context)}")
+            files = [name for name in _TLS_FILE_OPTIONS if getattr(self, name)]
+            if files:
+                raise ValueError(f"tls_context replaces {', '.join(files)}: give one or the other")
+            object.__setattr__(self, "tls_v1", True)
+
+    def __getstate__(self) -> dict[str, Any]:
+        state = dict(self.__dict__)
+        state.pop("_ssl_context", None)  # a cache (and not picklable): rebuilt when needed
+        return state
 
     def replace(self, **changes: Any) -> ConnectionConfig:
         """A copy with some fields changed (validated again)."""
         return dataclasses.replace(self, **changes)
 
     def check_supported(self) -> None:
-        """Refuse the features this client cannot negotiate yet, instead of failing later."""
-        for name in ("tls_v1", "snappy", "deflate"):
-            if getattr(self, name):
-                raise UnsupportedFeatureError(f"{name} is not supported by nsqpy.client yet")
+        """Refuse now what every connection would fail on later: snappy without its
+        compression library, TLS files that cannot be loaded (UnsupportedFeatureError, a
+        ValueError)."""
+        if self.snappy and not snappy_available():
+            raise UnsupportedFeatureError("snappy needs the cramjam package")
+        if self.tls_v1:
+            self.ssl_context()
+
+    def ssl_context(self) -> ssl.SSLContext:
+        """The TLS client context: ``tls_context``, else one built (once) from the
+        ``tls_*`` options. Raises UnsupportedFeatureError when a file cannot be loaded."""
+        if self.tls_context is not None:
+            return self.tls_context
+        ctx: ssl.SSLContext | None = self.__dict__.get("_ssl_context")
+        if ctx is None:
+            try:
+                ctx = client_tls_context(
+                    root_ca_file=self.tls_root_ca_file,
+                    cert_file=self.tls_cert,
+                    key_file=self.tls_key,
+                    insecure_skip_verify=self.tls_insecure_skip_verify,
+                    min_version=self.tls_min_version,
+                )
+            except (OSError, ssl.SSLError) as e:
+                files = ", ".join(
+                    f"{name}={getattr(self, name)!r}"
+                    for name in ("tls_root_ca_file", "tls_cert", "tls_key")
+                    if getattr(self, name)
+                )
+                raise UnsupportedFeatureError(
+                    f"cannot load the TLS files ({files or 'the system CAs'}): {e}"
+                ) from e
+            object.__setattr__(self, "_ssl_context", ctx)  # a cache, not a field
+        return ctx
 
     def identify(self) -> dict[str, Any]:
         """The IDENTIFY body this configuration sends."""
@@ -202,7 +275,7 @@ class ConnectionConfig:
             name = raw_name.strip().replace("-", "_")
             if name == "lookupd_authorization":
                 name = "skip_lookupd_authorization"
-            if name not in fields or name == "extra_identify":
+            if name not in fields or name in _NOT_GO_OPTIONS:
                 raise ValueError(f"invalid option {raw_name}")
             changes[name] = _coerce(name, fields[name].type, value)
         return dataclasses.replace(base or cls(), **changes)

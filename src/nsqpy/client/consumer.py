@@ -1,9 +1,14 @@
 """Consumer: subscribe to a topic/channel on many nsqd, with discovery, RDY flow control and backoff.
 
 Connections come from fixed nsqd addresses and/or nsqlookupd HTTP addresses polled with
-jitter (producers merged on ``broadcast_address:tcp_port``). As the seeds prescribe, a fixed
-nsqd is reconnected with exponential backoff, a discovered one only when a later lookupd poll
-still lists it. RDY values come from :class:`~nsqpy.client.rdy.RdyController`.
+jitter (producers merged on ``broadcast_address:tcp_port``; the query carries
+``Authorization: Bearer <auth_secret>`` as go-nsq's does). As the seeds prescribe, a fixed
+nsqd is reconnected with exponential backoff, a discovered one only when a lookupd poll still
+lists it (as go-nsq, a discovered connection that closes triggers an early poll). Every
+reconnection goes through the whole handshake again, AUTH included: that is how a consumer
+whose authorization expired (nsqd closes it with ``E_AUTH_FAILED``/``E_UNAUTHORIZED``) gets
+authorized again, as go-nsq's does. RDY values come from
+:class:`~nsqpy.client.rdy.RdyController`.
 
 The delivery path is batch-shaped: a connection hands over the messages of one read as a
 list (one RDY bookkeeping call for all), they wait in a deque, and a waiting iterator is
@@ -21,16 +26,24 @@ from collections import deque
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Self
-from urllib.parse import urlencode, urlsplit
 
 import aiohttp
 
 from nsqpy.protocol import commands
+from nsqpy.protocol.discovery import lookup_headers, lookup_url, producers
 from nsqpy.protocol.names import is_valid_channel_name, is_valid_topic_name
 
 from .config import ConnectionConfig
 from .conn import Connection
-from .errors import BadChannelError, BadTopicError, ConnectionClosedError, ErrorFrame
+from .errors import (
+    AuthError,
+    BadChannelError,
+    BadTopicError,
+    ConnectionClosedError,
+    ErrorFrame,
+    HandshakeError,
+    TLSError,
+)
 from .message import Message
 from .rdy import BackoffPolicy, RdyController, RdyUpdate, Signal, backoff_policy
 
@@ -52,20 +65,9 @@ class ConsumerStats:
     in_flight: int
 
 
-def lookupd_url(address: str) -> str:
-    """``host:port`` or ``http://host:port[/path]`` → the lookupd ``/lookup`` URL (go-nsq's rule)."""
-    if "://" not in address:
-        address = "http://" + address
-    parts = urlsplit(address)
-    path = parts.path if parts.path not in ("", "/") else "/lookup"
-    return f"{parts.scheme}://{parts.netloc}{path}"
-
-
-def producer_address(p: dict[str, Any]) -> str:
-    host = str(p["broadcast_address"])
-    if ":" in host and not host.startswith("["):
-        host = f"[{host}]"
-    return f"{host}:{int(p['tcp_port'])}"
+#: Connection failures that retrying with the same configuration will not cure by itself
+#: (refused AUTH, failed TLS verification, a handshake nsqd does not agree with).
+PERMANENT_ERRORS = (AuthError, TLSError, HandshakeError)
 
 
 class Consumer:
@@ -142,7 +144,10 @@ class Consumer:
         self._held = 0  # messages handed to the application, not yet answered
         self._changed = asyncio.Event()
         self._stop = asyncio.Event()
+        self._recheck = asyncio.Event()  # poll lookupd now (a discovered connection closed)
         self._received = self._finished_count = self._requeued = self._given_up = 0
+        #: the last connection failure of each nsqd address (cleared once connected)
+        self.errors: dict[str, BaseException] = {}
 
     # --- lifecycle --------------------------------------------------------------------
 
@@ -214,14 +219,30 @@ class Consumer:
         self._changed = asyncio.Event()
 
     async def wait_connected(self, n: int = 1, timeout: float | None = 10.0) -> None:
-        """Wait until at least ``n`` connections are subscribed."""
+        """Wait until at least ``n`` connections are subscribed. Raises the typed error
+        (AuthError, TLSError…) at once when every nsqd not connected failed with one, else
+        asyncio.TimeoutError after ``timeout``."""
         await self.start()
 
         async def cond() -> None:
             while len(self._conns) < n:
+                err = self._permanent_error()
+                if err is not None:
+                    raise err.with_traceback(None)
                 await self._wait_change()
 
         await asyncio.wait_for(cond(), timeout)
+
+    def _permanent_error(self) -> BaseException | None:
+        """The first address's error if no nsqd is connected and every nsqd known failed
+        its last attempt with a permanent error (None while lookupd may find others)."""
+        if self._conns or not self.errors:
+            return None
+        known = [*self.nsqd_tcp_addresses, *(a for a in self.errors if a not in self.nsqd_tcp_addresses)]
+        errs = [self.errors.get(a) for a in known]
+        if all(isinstance(e, PERMANENT_ERRORS) for e in errs):
+            return errs[0]
+        return None
 
     # --- public state -----------------------------------------------------------------
 
@@ -463,18 +484,25 @@ class Consumer:
                 except asyncio.CancelledError:
                     raise
                 except Exception as e:  # noqa: BLE001 - any failure: retry or re-discover
+                    self.errors[addr] = e
+                    self._notify()
+                    level = logging.WARNING if isinstance(e, PERMANENT_ERRORS) else logging.INFO
                     if not fixed:
-                        log.info("consumer: cannot connect to %s (%s); waiting for lookupd", addr, e)
+                        log.log(level, "consumer: cannot connect to %s (%s); waiting for lookupd", addr, e)
                         return
                     wait = delay * (0.5 + self._rng.random() / 2)
-                    log.info("consumer: cannot connect to %s (%s); retry in %.1fs", addr, e, wait)
+                    log.log(level, "consumer: cannot connect to %s (%s); retry in %.1fs", addr, e, wait)
                     await self._sleep(wait)
                     delay = min(delay * 2, max_delay)
                     continue
+                self.errors.pop(addr, None)
                 delay = self.reconnect_interval
                 await conn.wait_closed()
                 if not fixed:
-                    return  # reconnect when a later lookupd poll lists it again
+                    # reconnect when lookupd lists it again: ask now, as go-nsq does
+                    if not self.closing:
+                        self._recheck.set()
+                    return
                 if not self.closing:
                     await self._sleep(delay * self._rng.random())
         finally:
@@ -482,6 +510,8 @@ class Consumer:
                 del self._tasks[addr]
 
     async def _sleep(self, seconds: float) -> None:
+        if seconds <= 0:
+            return
         try:
             await asyncio.wait_for(self._stop.wait(), seconds)
         except asyncio.TimeoutError:
@@ -524,15 +554,29 @@ class Consumer:
     # --- internals: discovery -----------------------------------------------------------
 
     async def _poll_lookupd(self) -> None:
-        timeout = aiohttp.ClientTimeout(total=self.config.lookupd_poll_timeout)
-        headers = {"Accept": "application/vnd.nsq; version=1.0"}
-        if self.config.auth_secret and self.config.skip_lookupd_authorization:
-            headers["Authorization"] = f"Bearer {self.config.auth_secret}"
+        cfg = self.config
+        timeout = aiohttp.ClientTimeout(total=cfg.lookupd_poll_timeout)
+        # go-nsq's option is named skip_lookupd_authorization but means "send it" (default)
+        headers = lookup_headers(cfg.auth_secret if cfg.skip_lookupd_authorization else None)
+        loop = asyncio.get_running_loop()
         async with aiohttp.ClientSession(timeout=timeout, headers=headers) as session:
             while not self.closing:
+                polled = loop.time()
+                self._recheck.clear()
                 await self.query_lookupd(session)
                 interval = self.lookupd_poll_interval
-                await self._sleep(interval * (1 - self.lookupd_poll_jitter * self._rng.random()))
+                await self._wait_poll(interval * (1 - self.lookupd_poll_jitter * self._rng.random()))
+                if self._recheck.is_set():  # an early poll, but not a storm of them
+                    await self._sleep(polled + min(self.reconnect_interval, interval) - loop.time())
+
+    async def _wait_poll(self, seconds: float) -> None:
+        """Until the next poll is due, a recheck is asked for, or the consumer closes."""
+        waits = [asyncio.ensure_future(self._stop.wait()), asyncio.ensure_future(self._recheck.wait())]
+        try:
+            await asyncio.wait(waits, timeout=seconds, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            for w in waits:
+                w.cancel()
 
     async def query_lookupd(self, session: aiohttp.ClientSession) -> set[str]:
         """Query every lookupd once; connect to producers not connected yet; return them all."""
@@ -550,15 +594,12 @@ class Consumer:
         return found
 
     async def _lookup(self, session: aiohttp.ClientSession, address: str) -> set[str]:
-        url = lookupd_url(address) + "?" + urlencode({"topic": self.topic})
-        async with session.get(url) as resp:
-            if resp.status == 404:
+        async with session.get(lookup_url(address, self.topic)) as resp:
+            if resp.status == 404:  # TOPIC_NOT_FOUND: nobody publishes it yet
                 return set()
             resp.raise_for_status()
-            data: dict[str, Any] = await resp.json(content_type=None)
-        if "data" in data and isinstance(data["data"], dict):  # pre-1.0 envelope
-            data = data["data"]
-        return {producer_address(p) for p in data.get("producers") or []}
+            doc = await resp.json(content_type=None)
+        return {p.tcp for p in producers(doc)}
 
 
 def _as_list(v: str | Sequence[str]) -> list[str]:

@@ -8,6 +8,7 @@ shared with the daemon can catch one type.
 
 from __future__ import annotations
 
+from nsqpy.protocol.client import HandshakeError
 from nsqpy.protocol.errors import ERROR_CODES, NON_FATAL_CODES, NSQError, ProtocolError
 
 __all__ = [
@@ -17,6 +18,7 @@ __all__ = [
     "AuthError",
     "AuthFailedError",
     "AuthFirstError",
+    "AuthRequiredError",
     "AuthServerError",
     "BadBodyError",
     "BadChannelError",
@@ -28,6 +30,7 @@ __all__ = [
     "ErrorFrame",
     "FinFailedError",
     "GiveUp",
+    "HandshakeError",
     "IdentifyFailedError",
     "InvalidError",
     "MPubFailedError",
@@ -39,6 +42,7 @@ __all__ = [
     "PublishError",
     "ReqFailedError",
     "RequeueMessage",
+    "TLSError",
     "TooManyChannelConsumersError",
     "TouchFailedError",
     "UnauthorizedError",
@@ -143,6 +147,14 @@ class UnauthorizedError(AuthError):
     CODE = "E_UNAUTHORIZED"
 
 
+class AuthRequiredError(AuthError):
+    """nsqd requires AUTH but no ``auth_secret`` is configured (raised by the client
+    itself, not received in an error frame: ``code`` is empty)."""
+
+    def text(self) -> str:
+        return self.description
+
+
 _BY_CODE: dict[str, type[ErrorFrame]] = {
     cls.CODE: cls
     for cls in (
@@ -171,12 +183,20 @@ class ConnectionClosedError(NSQError, ConnectionError):
     """The connection closed (or could not be opened) before the command got its answer."""
 
 
+class TLSError(NSQError):
+    """The TLS upgrade failed: the server's certificate could not be verified (wrong CA,
+    wrong name, expired…), no common protocol version, a client certificate refused. The
+    message says which nsqd and why, e.g. ``127.0.0.1:4150: TLS handshake failed -
+    certificate verify failed: unable to get local issuer certificate``."""
+
+
 class NoConnectionsError(NSQError):
     """No nsqd connection became available within the call's timeout."""
 
 
 class UnsupportedFeatureError(NSQError, ValueError):
-    """A requested feature (TLS, snappy, deflate) is not supported by this client yet."""
+    """A requested feature cannot be used here (e.g. snappy without its compression
+    library, TLS files that cannot be loaded)."""
 
 
 class GiveUp(NSQError):

@@ -6,6 +6,13 @@ reconnecting with exponential backoff. A publish picks a connected slot by the s
 connection while none is up (start-up, restarts) instead of failing, and is retried on another
 connection if its own closed before the answer or the nsqd refused it with ``E_*PUB_FAILED``.
 Answers arrive in command order per connection, so each call gets its own OK or typed error.
+
+TLS, compression and AUTH come from the :class:`~nsqpy.client.config.ConnectionConfig`.
+When no connection is up and every nsqd refused the last attempt for good (AUTH refused,
+TLS verification failed…), a publish raises that typed error at once instead of waiting for
+its timeout; the slots keep retrying in the background. As in go-nsq, a publish refused
+because the authorization expired (``E_AUTH_FAILED``/``E_UNAUTHORIZED`` after the TTL) raises
+that error, nsqd closes the connection, and the next connection AUTHs again.
 """
 
 from __future__ import annotations
@@ -23,13 +30,16 @@ from nsqpy.protocol.names import is_valid_topic_name
 from .config import ConnectionConfig
 from .conn import Connection
 from .errors import (
+    AuthError,
     BadMessageError,
     BadTopicError,
     ConnectionClosedError,
     DPubFailedError,
+    HandshakeError,
     MPubFailedError,
     NoConnectionsError,
     PubFailedError,
+    TLSError,
 )
 
 log = logging.getLogger("nsqpy.client")
@@ -38,6 +48,9 @@ Strategy = Literal["round_robin", "failover", "random"]
 
 #: Errors after which the same command may be sent again, to another nsqd.
 RETRYABLE = (ConnectionClosedError, PubFailedError, MPubFailedError, DPubFailedError)
+
+#: Connection failures that retrying with the same configuration will not cure by itself.
+PERMANENT_ERRORS = (AuthError, TLSError, HandshakeError)
 
 
 class _Slot:
@@ -59,11 +72,14 @@ class _Slot:
                 await conn.connect()
             except Exception as e:  # noqa: BLE001 - any failure: retry later
                 self.last_error = e
-                log.info("producer: cannot connect to %s: %s (retry in %.1fs)", self.address, e, delay)
+                p._update_connected()  # waiting publishes look at the error
+                level = logging.WARNING if isinstance(e, PERMANENT_ERRORS) else logging.INFO
+                log.log(level, "producer: cannot connect to %s: %s (retry in %.1fs)", self.address, e, delay)
                 await asyncio.sleep(delay * (0.5 + random.random() / 2))
                 delay = min(delay * 2, p.max_reconnect_interval)
                 continue
             delay = p.reconnect_interval
+            self.last_error = None
             if p.closing:
                 # close() came while connecting and its cancel was lost (3.11's wait_for
                 # drops a cancel that races with completion): don't keep this connection
@@ -124,7 +140,9 @@ class Producer:
             slot.task = asyncio.create_task(slot.run(), name=f"nsqpy-producer-{slot.address}")
 
     async def wait_connected(self, timeout: float | None = None, *, all: bool = False) -> None:
-        """Wait until one (or ``all``) of the nsqd are connected."""
+        """Wait until one (or ``all``) of the nsqd are connected. Raises the typed error
+        (AuthError, TLSError…) at once when it cannot happen without a change elsewhere,
+        NoConnectionsError after ``timeout``."""
         await self.start()
 
         async def cond() -> None:
@@ -132,6 +150,9 @@ class Producer:
                 up = [s for s in self._slots if s.conn is not None]
                 if up and (not all or len(up) == len(self._slots)):
                     return
+                err = self._permanent_error(any_slot=all)
+                if err is not None:
+                    raise err.with_traceback(None)
                 await self._changed()
 
         try:
@@ -174,6 +195,12 @@ class Producer:
     def connected_addresses(self) -> list[str]:
         return [s.address for s in self._slots if s.conn is not None]
 
+    @property
+    def connections(self) -> dict[str, Connection]:
+        """The connections up now, by nsqd address (what each negotiated: ``tls_version``,
+        ``compression``, ``auth``, ``server_settings``)."""
+        return {s.address: s.conn for s in self._slots if s.conn is not None}
+
     def _update_connected(self) -> None:
         ev = self._connected
         if ev is None:
@@ -185,6 +212,17 @@ class Producer:
     async def _changed(self) -> None:
         assert self._connected is not None
         await self._connected.wait()
+
+    def _permanent_error(self, any_slot: bool = False) -> BaseException | None:
+        """The error of the first slot down with a permanent one, if every slot is down
+        with one (``any_slot``: if any slot is)."""
+        down = [s.last_error for s in self._slots if s.conn is None]
+        perm = [e for e in down if isinstance(e, PERMANENT_ERRORS)]
+        if not perm:
+            return None
+        if any_slot or len(perm) == len(self._slots):
+            return perm[0]
+        return None
 
     def _why(self) -> str:
         errs = "; ".join(f"{s.address}: {s.last_error}" for s in self._slots if s.last_error)
@@ -214,6 +252,9 @@ class Producer:
             remaining = deadline - loop.time()
             conn = self._pick()
             if conn is None:
+                err = self._permanent_error()
+                if err is not None:
+                    raise err.with_traceback(None)
                 if remaining <= 0:
                     raise NoConnectionsError(self._why())
                 try:

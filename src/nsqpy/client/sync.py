@@ -1,7 +1,10 @@
 """Blocking facade for scripts: the asyncio client running on a private event-loop thread.
 
 ``SyncProducer`` and ``SyncConsumer`` own a daemon thread that runs their event loop; every
-method submits a coroutine to it and waits for the result (like ``websockets.sync``).
+method submits a coroutine to it and waits for the result (like ``websockets.sync``). They
+take the same arguments as :class:`~nsqpy.client.Producer` and
+:class:`~nsqpy.client.Consumer`, TLS, compression and AUTH included (``config=``), and raise
+the same typed errors.
 """
 
 from __future__ import annotations
@@ -12,6 +15,7 @@ from collections.abc import Coroutine, Iterable, Iterator, Sequence
 from datetime import timedelta
 from typing import Any, Self, TypeVar
 
+from .config import ConnectionConfig
 from .consumer import Consumer, ConsumerStats
 from .message import Message
 from .producer import Producer
@@ -54,15 +58,24 @@ class _LoopThread:
 class SyncProducer:
     """``with SyncProducer("127.0.0.1:4150") as p: p.publish("topic", b"body")``."""
 
-    def __init__(self, nsqd_tcp_addresses: str | Sequence[str], **kwargs: Any) -> None:
+    def __init__(self, nsqd_tcp_addresses: str | Sequence[str], *,
+                 config: ConnectionConfig | None = None, **kwargs: Any) -> None:
+        """``kwargs``: :class:`~nsqpy.client.Producer`'s other keyword arguments."""
         self._lt = _LoopThread("nsqpy-sync-producer")
 
         async def make() -> Producer:
-            p = Producer(nsqd_tcp_addresses, **kwargs)
+            p = Producer(nsqd_tcp_addresses, config=config, **kwargs)
             await p.start()
             return p
 
-        self._producer = self._lt.call(make())
+        try:
+            self._producer = self._lt.call(make())
+        except BaseException:
+            self._lt.stop()
+            raise
+
+    def wait_connected(self, timeout: float | None = None, *, all: bool = False) -> None:
+        self._lt.call(self._producer.wait_connected(timeout, all=all))
 
     def publish(self, topic: str, body: bytes, *, defer: float | timedelta | None = None,
                 timeout: float | None = None) -> None:
@@ -135,15 +148,21 @@ class SyncMessage:
 class SyncConsumer:
     """``with SyncConsumer("t", "c", nsqd_tcp_addresses=[...]) as c: for msg in c: msg.fin()``."""
 
-    def __init__(self, topic: str, channel: str, **kwargs: Any) -> None:
+    def __init__(self, topic: str, channel: str, *, config: ConnectionConfig | None = None,
+                 **kwargs: Any) -> None:
+        """``kwargs``: :class:`~nsqpy.client.Consumer`'s other keyword arguments."""
         self._lt = _LoopThread("nsqpy-sync-consumer")
 
         async def make() -> Consumer:
-            c = Consumer(topic, channel, **kwargs)
+            c = Consumer(topic, channel, config=config, **kwargs)
             await c.start()
             return c
 
-        self._consumer = self._lt.call(make())
+        try:
+            self._consumer = self._lt.call(make())
+        except BaseException:
+            self._lt.stop()
+            raise
 
     def __iter__(self) -> Iterator[SyncMessage]:
         return self

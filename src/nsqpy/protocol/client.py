@@ -187,6 +187,12 @@ class ClientProtocol(Generic[M]):
         self._pending.append(token)
         self.send(data)
 
+    def expect(self, token: Any) -> None:
+        """Register ``token`` for a command the caller queues itself with :meth:`send` (a
+        shell that coalesces a loop turn's commands into one ``send``, so they go through
+        TLS/compression once): tokens and commands must be queued in the same order."""
+        self._pending.append(token)
+
     def data_to_send(self) -> bytes:
         """Everything to write to the socket now (commands, NOPs, TLS records), in order."""
         out = self._out

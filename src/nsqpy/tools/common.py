@@ -52,14 +52,24 @@ def _parse_go_option(text: str, current: list[str]) -> list[str]:
         # checks between options (go-nsq's Validate) wait until all of them are known
         if not any(m in str(e) for m in _CROSS_CHECKS):
             raise FlagValueError(str(e)) from None
+    if name.strip().replace("-", "_") == "tls_root_ca_file" and value:
+        try:  # go-nsq reads the CA file when the option is set
+            with open(value, "rb"):
+                pass
+        except OSError as e:
+            raise FlagValueError(f"open {value}: {(e.strerror or str(e)).lower()}") from None
     return [*current, item]
 
 
 #: ConnectionConfig errors about a combination of options, not one value.
-_CROSS_CHECKS = ("must be less than read_timeout", "both deflate and snappy")
+_CROSS_CHECKS = ("must be less than read_timeout", "both deflate and snappy",
+                 "tls_cert and tls_key")
 
 
-#: ``--consumer-opt`` / ``--producer-opt``: go-nsq ``Config`` option names (REFERENCE §3.5).
+#: ``--consumer-opt`` / ``--producer-opt``: go-nsq ``Config`` option names (REFERENCE §3.5),
+#: the connection features included: ``tls_v1``, ``tls_root_ca_file``, ``tls_cert``,
+#: ``tls_key``, ``tls_insecure_skip_verify``, ``tls_min_version``, ``snappy``, ``deflate``,
+#: ``deflate_level``, ``auth_secret``, ``sample_rate``, ``output_buffer_size``, …
 GO_OPTIONS = Kind("goopts", "value", _parse_go_option, repeatable=True)
 
 
@@ -90,7 +100,8 @@ def parse_flags(flags: FlagSet[T], argv: Sequence[str] | None) -> T | int:
 def client_config(app: str, options: Sequence[str], **overrides: Any) -> ConnectionConfig:
     """The client configuration from ``--*-opt`` items (already checked one by one), with
     the tool's user agent and ``overrides`` applied last, as the Go tools do. Raises
-    ValueError (a combination go-nsq's ``Validate`` refuses, or an unsupported feature)."""
+    ValueError (a combination go-nsq's ``Validate`` refuses, TLS files that cannot be
+    loaded)."""
     cfg = ConnectionConfig.from_go_options(list(options))
     cfg = cfg.replace(user_agent=user_agent(app), **overrides)
     cfg.check_supported()

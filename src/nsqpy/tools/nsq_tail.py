@@ -54,7 +54,7 @@ class Options:
     nsqd_tcp_address: list[str] = field(default_factory=list)
     lookupd_http_address: list[str] = field(default_factory=list)
     topic: list[str] = field(default_factory=list)
-    consumer_opt: list[str] = field(default_factory=list)
+    consumer_opt: list[str] = field(default_factory=list, repr=False)  # may hold auth_secret
     explicit: set[str] = field(default_factory=set, repr=False, compare=False)
 
 
@@ -154,7 +154,9 @@ async def wait_nsqd(consumer: Consumer, addresses: list[str], timeout: float) ->
         await consumer.wait_connected(len(addresses), timeout)
     except (asyncio.TimeoutError, NSQError):
         missing = [a for a in addresses if a not in consumer.connections]
-        return f"failed to connect to nsqd {', '.join(missing)} (topic {consumer.topic})"
+        why = "; ".join(f"{a}: {consumer.errors[a]}" for a in missing if a in consumer.errors)
+        return (f"failed to connect to nsqd {', '.join(missing)} (topic {consumer.topic})"
+                + (f" - {why}" if why else ""))
     return None
 
 

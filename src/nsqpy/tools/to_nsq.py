@@ -60,7 +60,7 @@ class Options:
     topic: str = ""
     delimiter: str = "\n"
     nsqd_tcp_address: list[str] = field(default_factory=list)
-    producer_opt: list[str] = field(default_factory=list)
+    producer_opt: list[str] = field(default_factory=list, repr=False)  # may hold auth_secret
     rate: int = 0
     version: bool = False
     explicit: set[str] = field(default_factory=set, repr=False, compare=False)
