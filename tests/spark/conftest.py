@@ -111,3 +111,95 @@ def stats(nsqd: NsqdProcess, topic: str, channel: str | None = None) -> dict[str
 def consume(nsqd: NsqdProcess, topic: str, channel: str, n: int, timeout: float = 30.0) -> list[bytes]:
     """Read (and FIN) exactly ``n`` messages; then check nothing more arrives shortly."""
     return read_bodies(nsqd.tcp_address, topic, channel, n, timeout, quiet=0.5)
+
+
+# --- TLS and AUTH -----------------------------------------------------------------------------
+
+#: The secret the test auth server grants everything for (identity "spark").
+SECRET = "spark-test-secret-4f9b2c"
+SPARK_GRANT = {
+    "ttl": 3600,
+    "identity": "spark",
+    "identity_url": "http://people.example/spark",
+    "authorizations": [{"topic": ".*", "channels": [".*"], "permissions": ["subscribe", "publish"]}],
+}
+
+
+class ThreadedAuthServer:
+    """tests/support's AuthServer on an event loop of its own thread, so that it answers
+    nsqd whatever the test does (a Spark job, blocking calls) until the session ends."""
+
+    def __init__(self) -> None:
+        import asyncio
+        import threading
+
+        from support import AuthServer
+
+        self.loop = asyncio.new_event_loop()
+        self.thread = threading.Thread(target=self.loop.run_forever, name="auth-server", daemon=True)
+        self.server = AuthServer()
+
+    def start(self) -> ThreadedAuthServer:
+        import asyncio
+
+        self.thread.start()
+        asyncio.run_coroutine_threadsafe(self.server.start(), self.loop).result(10)
+        return self
+
+    @property
+    def address(self) -> str:
+        return self.server.address
+
+    def stop(self) -> None:
+        import asyncio
+
+        try:
+            asyncio.run_coroutine_threadsafe(self.server.stop(), self.loop).result(10)
+        finally:
+            self.loop.call_soon_threadsafe(self.loop.stop)
+            self.thread.join(10)
+            self.loop.close()
+
+
+@pytest.fixture(scope="session")
+def pki(tmp_path_factory: pytest.TempPathFactory) -> Any:
+    """A CA, a server certificate for 127.0.0.1 it signed, and client certificates."""
+    from transport.certs import make_pki
+
+    return make_pki(tmp_path_factory.mktemp("pki"))
+
+
+@pytest.fixture(scope="session")
+def auth_server() -> Iterator[ThreadedAuthServer]:
+    server = ThreadedAuthServer().start()
+    server.server.answers[SECRET] = SPARK_GRANT
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
+@pytest.fixture(scope="session")
+def secure_nsqd(
+    tmp_path_factory: pytest.TempPathFactory, pki: Any, auth_server: ThreadedAuthServer
+) -> Iterator[NsqdProcess]:
+    """An nsqd whose TCP clients must use TLS (``--tls-required=tcp-https``: plain HTTP
+    stays open for /stats) and AUTH against the test auth server."""
+    p = _start_nsqd(
+        tmp_path_factory.mktemp("secure-nsqd"),
+        f"--tls-cert={pki.server_cert}",
+        f"--tls-key={pki.server_key}",
+        "--https-address=127.0.0.1:0",  # a certificate starts HTTPS too (default :4152)
+        "--tls-required=tcp-https",
+        f"--auth-http-address={auth_server.address}",
+    )
+    try:
+        yield p
+        assert p.is_running(), f"nsqd died during the tests\n{p.describe()}"
+    finally:
+        p.stop()
+
+
+def secure_options(pki: Any, secret: str = SECRET, **extra: str) -> dict[str, str]:
+    """The ``nsq`` source/sink options for :func:`secure_nsqd`."""
+    return {"tls": "true", "tlsRootCaFile": pki.ca_cert, "authSecret": secret, **extra}

@@ -96,6 +96,45 @@ def test_source_options() -> None:
     assert jobs.source_options(default)["nsqlookupdHttpAddresses"] == "l:1"
 
 
+def test_consumer_and_producer_opts_map_go_nsq_names(tmp_path: Path) -> None:
+    ca = tmp_path / "ca.pem"
+    ca.write_text("not checked until the TLS context is built\n")
+    opts = parsed("republish", *SRC, "--destination-nsqd-tcp-address=d:1", "--destination-topic=u",
+                  "--consumer-opt=tls_v1,true", "--consumer-opt=auth_secret,s,e=cret",
+                  "--consumer-opt=snappy", "--consumer-opt=max_in_flight,100",
+                  "--consumer-opt=msg_timeout,30s", "--msg-timeout=1m",
+                  "--producer-opt", "deflate,true", "--producer-opt=user_agent,me/1")
+    src = jobs.source_options(opts)
+    assert {k: src[k] for k in ("tls", "authSecret", "snappy", "maxInFlight", "msgTimeoutMs")} == {
+        "tls": "true", "authSecret": "s,e=cret", "snappy": "true",
+        "maxInFlight": "100",  # --max-in-flight not given: the go-nsq option applies
+        "msgTimeoutMs": "60000",  # --msg-timeout given: it wins
+    }
+    assert jobs.sink_options(opts) == {
+        "topic": "u", "nsqdTcpAddresses": "d:1", "deflate": "true", "userAgent": "me/1",
+    }
+    flag_wins = parsed("archive", *SRC, "--output-dir=o", "--max-in-flight=7",
+                       "--consumer-opt=max_in_flight,100")
+    assert jobs.source_options(flag_wins)["maxInFlight"] == "7"
+    for argv, message in [
+        (["--consumer-opt=max_attempts,3"],
+         "--consumer-opt 'max_attempts': not an option nsq_spark supports"),
+        (["--consumer-opt=tls_v1,yes"], "--consumer-opt tls_v1: invalid value 'yes'"),
+        (["--consumer-opt=snappy", "--consumer-opt=deflate"],
+         "--consumer-opt: snappy and deflate cannot both be true"),
+        (["--consumer-opt=tls_v1", f"--consumer-opt=tls_root_ca_file,{tmp_path / 'none.pem'}"],
+         "--consumer-opt: tls_root_ca_file: no such file"),
+        (["--consumer-opt=tls_v1", f"--consumer-opt=tls_root_ca_file,{ca}"], "the TLS options do not load"),
+    ]:
+        with pytest.raises(OptionsError, match=message):
+            parsed("archive", *SRC, "--output-dir=o", *argv)
+    with pytest.raises(OptionsError, match="--producer-opt 'sample_rate': applies to consumers only"):
+        parsed("republish", *SRC, "--destination-nsqd-tcp-address=d:1", "--destination-topic=u",
+               "--producer-opt=sample_rate,5")
+    with pytest.raises(OptionsError, match="flag provided but not defined: -producer-opt"):
+        parse_args(["archive", *SRC, "--producer-opt=snappy"])
+
+
 @pytest.mark.parametrize(
     ("argv", "message"),
     [

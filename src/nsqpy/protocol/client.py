@@ -228,9 +228,12 @@ class ClientProtocol(Generic[M]):
                 return []
         if not self.ready:
             return self._handshake(data)
-        return self._events(self.frames.feed_batched(data, self._make_message))
+        return self.frames_received(self.frames.feed_batched(data, self._make_message))
 
-    def _events(self, items: list[Any]) -> list[Any]:
+    def frames_received(self, items: list[Any]) -> list[Any]:
+        """Events of frames a caller parsed itself (``FrameReader.feed_batched``'s output: lists
+        of messages and ``(type, payload)`` tuples), e.g. a consumer decoding the stream
+        straight into columns: heartbeats are answered, responses and errors matched."""
         out = items
         for i, item in enumerate(items):
             if type(item) is list:
@@ -306,7 +309,7 @@ class ClientProtocol(Generic[M]):
         self._hbuf = bytearray()
         events: list[Any] = [Ready(self.settings, self.auth)]
         if rest:
-            events += self._events(self.frames.feed_batched(rest, self._make_message))
+            events += self.frames_received(self.frames.feed_batched(rest, self._make_message))
         return events
 
     def _step_done(self, payload: bytes) -> None:

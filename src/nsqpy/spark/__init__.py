@@ -31,7 +31,11 @@ class NsqDataSource(DataSource):
     """The ``nsq`` format. Read options: topic, channel, nsqlookupdHttpAddresses or
     nsqdTcpAddresses, spoolPath, maxRecordsPerBatch, maxInFlight, msgTimeoutMs,
     maxSpoolRows, numPartitions (see :mod:`nsqpy.spark.source`). Write options: topic,
-    nsqdTcpAddresses (see :mod:`nsqpy.spark.sink`)."""
+    nsqdTcpAddresses, maxMsgSize, maxBodySize (see :mod:`nsqpy.spark.sink`). Both take the
+    connection options of :mod:`nsqpy.spark.connopts` (tls, tlsRootCaFile, tlsCert, tlsKey,
+    tlsInsecureSkipVerify, tlsMinVersion, snappy, deflate, deflateLevel, authSecret,
+    heartbeatIntervalMs, outputBufferSize, outputBufferTimeoutMs, userAgent, dialTimeoutMs;
+    sampleRate for reading)."""
 
     @classmethod
     def name(cls) -> str:

@@ -52,6 +52,7 @@ from nsqpy.goflags import (
 )
 from nsqpy.goflags import flag_nocfg as _f
 from nsqpy.protocol.names import is_valid_channel_name, is_valid_topic_name
+from nsqpy.spark.connopts import from_go_options
 
 __all__ = [
     "AGGREGATE_RESERVED",
@@ -121,9 +122,13 @@ class JobOptions:
     window: float = 60.0
     watermark: float = 0.0  # unless given: the window
     time_field: str = ""  # "": the message timestamp
+    #: go-nsq options as ``name,value`` (``--consumer-opt``), mapped onto the source's
+    consumer_opts: list[str] = field(default_factory=list)
     # aggregate, republish
     destination_topic: str = ""
     destination_nsqd_tcp_addresses: list[str] = field(default_factory=list)
+    #: go-nsq options as ``name,value`` (``--producer-opt``), mapped onto the sink's
+    producer_opts: list[str] = field(default_factory=list)
     # republish
     require_json_field: str = ""
     require_json_value: str = ""
@@ -155,6 +160,13 @@ _COMMON: Final[tuple[Flag, ...]] = (
     _f("available-now", BOOL, "bounded run: process what the topic holds now, then exit"),
     _f("trigger-interval", DURATION,
        "time between micro-batch starts in streaming mode (0: back to back)"),
+    Flag("consumer-opt", "consumer_opts", STRING_REPEAT,
+         "option to passthrough to the nsq source as name,value, with go-nsq's option names "
+         "(tls_v1, tls_root_ca_file, tls_cert, tls_key, tls_insecure_skip_verify, "
+         "tls_min_version, snappy, deflate, deflate_level, auth_secret, sample_rate, "
+         "heartbeat_interval, output_buffer_size, output_buffer_timeout, user_agent, "
+         "dial_timeout, max_in_flight, msg_timeout, lookupd_poll_interval; "
+         "may be given multiple times)", None),
 )
 
 _REJECTS: Final = _f(
@@ -165,6 +177,11 @@ _REJECTS: Final = _f(
 _DEST_ADDR: Final = Flag(
     "destination-nsqd-tcp-address", "destination_nsqd_tcp_addresses", STRING_LIST,
     "destination nsqd TCP address (may be given multiple times)", None,
+)
+_PRODUCER_OPT: Final = Flag(
+    "producer-opt", "producer_opts", STRING_REPEAT,
+    "option to passthrough to the nsq sink as name,value, with go-nsq's option names "
+    "(as --consumer-opt, less the consumer-only ones; may be given multiple times)", None,
 )
 
 _JOB_FLAGS: Final[dict[str, tuple[Flag, ...]]] = {
@@ -182,6 +199,7 @@ _JOB_FLAGS: Final[dict[str, tuple[Flag, ...]]] = {
         _f("output-dir", STRING, "Parquet output directory for closed windows"),
         _f("destination-topic", STRING, "topic to publish closed windows to, one JSON line each"),
         _DEST_ADDR,
+        _PRODUCER_OPT,
         _REJECTS,
     ),
     "republish": (
@@ -192,6 +210,7 @@ _JOB_FLAGS: Final[dict[str, tuple[Flag, ...]]] = {
            "for JSON messages: only pass messages in which the required field has this value"),
         Flag("whitelist-json-field", "whitelist_json_fields", STRING_LIST,
              "for JSON messages: pass this field (may be given multiple times)", None),
+        _PRODUCER_OPT,
         _REJECTS,
     ),
 }
@@ -306,6 +325,11 @@ def validate(opts: JobOptions) -> None:
             raise OptionsError(f"--spark-conf wants key=value, got {kv!r}")
     if opts.available_now and "trigger_interval" in opts.explicit:
         raise OptionsError("use --available-now or --trigger-interval not both")
+    try:
+        from_go_options(opts.consumer_opts, consumer=True)
+        from_go_options(opts.producer_opts, consumer=False)
+    except ValueError as exc:
+        raise OptionsError(str(exc)) from None
 
     job = opts.job
     if job == "archive":
@@ -822,13 +846,13 @@ class Totals:
 
 
 def source_options(opts: JobOptions) -> dict[str, str]:
-    """Options of ``spark.readStream.format("nsq")`` for this command line."""
-    out = {
-        "topic": opts.topic,
-        "channel": opts.channel,
-        "spoolPath": opts.spool_dir,
-        "maxInFlight": str(opts.max_in_flight),
-    }
+    """Options of ``spark.readStream.format("nsq")`` for this command line: the
+    ``--consumer-opt`` items mapped to the source's names (:mod:`nsqpy.spark.connopts`);
+    ``--max-in-flight`` and ``--msg-timeout`` win over their go-nsq twins when given."""
+    out = from_go_options(opts.consumer_opts, consumer=True)
+    out.update(topic=opts.topic, channel=opts.channel, spoolPath=opts.spool_dir)
+    if "max_in_flight" in opts.explicit or "maxInFlight" not in out:
+        out["maxInFlight"] = str(opts.max_in_flight)
     if opts.lookupd_http_addresses:
         out["nsqlookupdHttpAddresses"] = ",".join(opts.lookupd_http_addresses)
     if opts.nsqd_tcp_addresses:
@@ -840,9 +864,17 @@ def source_options(opts: JobOptions) -> dict[str, str]:
     return out
 
 
-def _publish(df: Any, topic: str, addresses: Sequence[str]) -> None:
-    (df.write.format("nsq").mode("append").option("topic", topic)
-     .option("nsqdTcpAddresses", ",".join(addresses)).save())
+def sink_options(opts: JobOptions) -> dict[str, str]:
+    """Options of ``df.write.format("nsq")`` for the destination: ``--destination-topic``,
+    ``--destination-nsqd-tcp-address`` and the ``--producer-opt`` items."""
+    out = from_go_options(opts.producer_opts, consumer=False)
+    out.update(topic=opts.destination_topic,
+               nsqdTcpAddresses=",".join(opts.destination_nsqd_tcp_addresses))
+    return out
+
+
+def _publish(df: Any, options: dict[str, str]) -> None:
+    df.write.format("nsq").mode("append").options(**options).save()
 
 
 def _counts_by(df: Any, column: str) -> dict[str, int]:
@@ -999,7 +1031,7 @@ def build_query(
                     out = batch.where(F.col("outcome") == OUTCOME_PASS).select(
                         F.col("out_body").alias("body")
                     )
-                    _publish(out, opts.destination_topic, opts.destination_nsqd_tcp_addresses)
+                    _publish(out, sink_options(opts))
                 log_batch(batch_id, sum(counts.values()), passed, counts.get(OUTCOME_FILTERED, 0), rejects)
             finally:
                 batch.unpersist()
@@ -1031,8 +1063,7 @@ def build_query(
                     if opts.output_dir:
                         files.write(results, opts.output_dir, batch_id)
                     if opts.destination_topic:
-                        _publish(aggregate_json_lines(results), opts.destination_topic,
-                                 opts.destination_nsqd_tcp_addresses)
+                        _publish(aggregate_json_lines(results), sink_options(opts))
                 log_batch(batch_id, None, n_results, 0, n_rejects)
                 with lock:
                     totals.rows_in += n_rejects

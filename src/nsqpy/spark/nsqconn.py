@@ -1,8 +1,16 @@
 """Blocking protocol-V2 connections and small HTTP helpers for the Spark source and sink.
 
 The Spark source runs inside Spark's Python runner process and the sink inside Python
-workers: both are plain blocking code with no event loop, so they speak the wire protocol
-over a blocking socket with the sans-I/O codecs from :mod:`nsqpy.protocol`.
+workers: both are plain blocking code with no event loop. :class:`BlockingConnection` is a
+thin shell around the sans-I/O :class:`~nsqpy.protocol.client.ClientProtocol` over a blocking
+socket: the protocol does the handshake (IDENTIFY, TLS, snappy/deflate, AUTH), answers
+heartbeats and matches responses to requests; the shell only moves bytes.
+
+The source's hot path walks message frames itself (:mod:`.burst`): after the handshake it
+takes the protocol's frame reader (with any partial frame), reads application bytes with
+:meth:`BlockingConnection.recv` (the plain socket's bytes when there is no TLS or
+compression) and hands back the other frames it finds to
+:meth:`BlockingConnection.frames_received`, which treats them exactly as the protocol does.
 """
 
 from __future__ import annotations
@@ -13,64 +21,37 @@ import time
 import urllib.error
 import urllib.parse
 import urllib.request
+from collections import deque
+from collections.abc import Mapping
 from typing import Any
 
-from nsqpy import __version__
-from nsqpy.protocol import commands
-from nsqpy.protocol.errors import ProtocolError
-from nsqpy.protocol.frames import (
-    FRAME_TYPE_ERROR,
-    FRAME_TYPE_MESSAGE,
-    FRAME_TYPE_RESPONSE,
-    HEARTBEAT,
-    MAGIC_V2,
-    FrameReader,
-)
-
-USER_AGENT = f"nsqpy-spark/{__version__}"
+from nsqpy.protocol.address import split_address
+from nsqpy.protocol.client import Answer, ClientProtocol, Ready, ServerError
+from nsqpy.protocol.frames import FrameReader
+from nsqpy.transport import TLSContext, TransportError
 
 __all__ = [
-    "USER_AGENT",
-    "FRAME_TYPE_ERROR",
-    "FRAME_TYPE_MESSAGE",
-    "FRAME_TYPE_RESPONSE",
-    "HEARTBEAT",
+    "Answer",
     "BlockingConnection",
-    "parse_address",
-    "parse_address_list",
+    "Ready",
+    "ServerError",
     "http_get_json",
-    "identify_fields",
     "stats_url",
 ]
 
-
-def parse_address(addr: str, option: str) -> tuple[str, int]:
-    """``host:port`` → ``(host, port)``; a ValueError naming ``option`` otherwise."""
-    host, sep, port = addr.strip().rpartition(":")
-    host = host.strip("[]")
-    if not sep or not host or not port.isdigit() or not 0 < int(port) < 65536:
-        raise ValueError(f"option {option!r}: {addr.strip()!r} is not a host:port address")
-    return host, int(port)
+#: The most one recv takes from the socket.
+RECV_SIZE = 1 << 20
+#: How long a write may block (nsqd not reading); go-nsq's write_timeout is 1 s.
+WRITE_TIMEOUT_S = 10.0
 
 
-def parse_address_list(value: str | None, option: str) -> list[str]:
-    """A comma-separated ``host:port`` list, validated and de-duplicated (order kept)."""
-    if value is None:
-        return []
-    out: list[str] = []
-    for part in value.split(","):
-        if not part.strip():
-            continue
-        host, port = parse_address(part, option)
-        addr = f"{host}:{port}" if ":" not in host else f"[{host}]:{port}"
-        if addr not in out:
-            out.append(addr)
-    return out
-
-
-def http_get_json(url: str, timeout: float = 5.0) -> tuple[int, Any]:
+def http_get_json(
+    url: str, timeout: float = 5.0, headers: Mapping[str, str] | None = None
+) -> tuple[int, Any]:
     """``(status, decoded JSON or None)`` of one GET; HTTP error statuses are returned."""
-    req = urllib.request.Request(url, headers={"Accept": "application/vnd.nsq; version=1.0"})
+    req = urllib.request.Request(
+        url, headers=dict(headers or {"Accept": "application/vnd.nsq; version=1.0"})
+    )
     try:
         with urllib.request.urlopen(req, timeout=timeout) as resp:
             status, body = resp.status, resp.read()
@@ -91,95 +72,170 @@ def stats_url(http_addr: str, topic: str, channel: str) -> str:
 
 
 class BlockingConnection:
-    """One TCP connection to an nsqd speaking protocol V2 (magic sent on connect).
+    """One connection to an nsqd: a blocking socket under a :class:`ClientProtocol`.
 
-    ``read_frames`` answers heartbeats with NOP by itself; error frames are returned to the
-    caller, which decides whether they are fatal.
+    Requests (commands nsqd answers) are matched to their :class:`Answer` by the protocol's
+    FIFO; heartbeats are answered with NOP as they are received. Error frames raise or come
+    back typed, as the protocol makes them.
     """
 
-    def __init__(self, address: str, connect_timeout: float = 5.0) -> None:
+    def __init__(
+        self,
+        address: str,
+        identify: Mapping[str, Any],
+        *,
+        tls_context: TLSContext | None = None,
+        auth_secret: str | bytes | None = None,
+        deflate_level: int = 6,
+        connect_timeout: float = 5.0,
+        sock: socket.socket | None = None,
+    ) -> None:
+        """Connect to ``address`` (or use ``sock``, already connected); nothing is sent
+        before :meth:`handshake`."""
         self.address = address
-        host, port = parse_address(address, "address")
-        self.sock = socket.create_connection((host, port), timeout=connect_timeout)
-        self.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-        self.sock.settimeout(30.0)
-        self._frames = FrameReader()
+        host, port = split_address(address)
+        self.proto: ClientProtocol[Any] = ClientProtocol(
+            identify,
+            tls_context=tls_context,
+            server_hostname=host if tls_context is not None else None,
+            auth_secret=auth_secret,
+            deflate_level=deflate_level,
+        )
+        if sock is None:
+            sock = socket.create_connection((host, port), timeout=connect_timeout)
+            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        self.sock = sock
         self.closed = False
-        self._backlog: list[tuple[int, bytes]] = []
-        self.sock.sendall(MAGIC_V2)
+        self._events: deque[Any] = deque()
+        #: the server's IDENTIFY answer, once the handshake is done
+        self.settings: dict[str, Any] = {}
+
+    # --- sending --------------------------------------------------------------------------
+
+    def flush(self) -> None:
+        """Write what the protocol has to send (commands, NOPs, TLS records)."""
+        out = self.proto.data_to_send()
+        if out:
+            # the socket's timeout is the last read's, which can be a few milliseconds
+            self.sock.settimeout(WRITE_TIMEOUT_S)
+            self.sock.sendall(out)
 
     def send(self, data: bytes) -> None:
-        self.sock.sendall(data)
+        """Commands nsqd does not answer (RDY, FIN, REQ, TOUCH, NOP)."""
+        self.proto.send(data)
+        self.flush()
 
-    def settimeout(self, timeout: float | None) -> None:
-        self.sock.settimeout(timeout)
+    def request(self, data: bytes, token: Any = None) -> None:
+        """A command nsqd answers (PUB, MPUB, SUB, CLS); its :class:`Answer` carries
+        ``token``."""
+        self.proto.send_request(data, token)
+        self.flush()
 
-    def read_frames(self, timeout: float | None) -> list[tuple[int, bytes]] | None:
-        """Frames from one ``recv`` (heartbeats answered and dropped); None on timeout.
+    # --- receiving ------------------------------------------------------------------------
 
-        Raises ConnectionError when the peer closed the connection.
-        """
-        if self._backlog:
-            queued, self._backlog = self._backlog, []
-            return queued
+    def _recv_raw(self, timeout: float | None) -> bytes | None:
         self.sock.settimeout(timeout)
         try:
-            data = self.sock.recv(1 << 20)
+            data = self.sock.recv(RECV_SIZE)
         except TimeoutError:
             return None
         if not data:
             raise ConnectionError(f"nsqd {self.address} closed the connection")
+        return data
+
+    def _receive_events(self, timeout: float | None) -> list[Any] | None:
+        """Events of one recv through the protocol (None on timeout). During the handshake
+        the protocol's errors are raised as they are; after it, what the layers or the frame
+        decoder cannot read is a ConnectionError."""
+        data = self._recv_raw(timeout)
+        if data is None:
+            return None
         try:
-            received = self._frames.feed(data)
-        except ValueError as exc:
+            events = self.proto.receive(data)
+        except TransportError as exc:
+            if not self.proto.ready:
+                raise
             raise ConnectionError(f"nsqd {self.address}: {exc}") from None
-        frames = [f for f in received if f[0] != FRAME_TYPE_RESPONSE or f[1] != HEARTBEAT]
-        if len(frames) < len(received):
-            self.sock.sendall(commands.NOP)
-        return frames
+        except ValueError as exc:  # a corrupt frame stream
+            raise ConnectionError(f"nsqd {self.address}: {exc}") from None
+        self.flush()
+        return events
 
-    def detach_reader(self) -> FrameReader:
-        """The frame decoder, holding whatever was received but not yet parsed, for a
-        caller that takes over the socket (see :meth:`FrameReader.take`)."""
-        if self._backlog:
-            raise RuntimeError("frames are still queued on this connection")
-        return self._frames
-
-    def next_frame(self, timeout: float) -> tuple[int, bytes]:
-        """The next frame other than a heartbeat; TimeoutError after ``timeout`` s."""
+    def handshake(self, timeout: float = 5.0) -> Ready:
+        """Magic, IDENTIFY, the upgrades and AUTH; the server's IDENTIFY answer is then in
+        :attr:`settings`. Raises the server's error (:class:`ProtocolError`, e.g.
+        ``E_AUTH_FAILED``), :class:`~nsqpy.protocol.client.HandshakeError`,
+        :class:`TransportError` (TLS), ConnectionError or TimeoutError."""
+        self.proto.start()
+        self.flush()
         deadline = time.monotonic() + timeout
-        while not self._backlog:
+        while True:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise TimeoutError(f"nsqd {self.address}: no handshake within {timeout}s")
+            events = self._receive_events(left)
+            for i, event in enumerate(events or ()):
+                if isinstance(event, Ready):
+                    self.settings = event.settings
+                    self._events.extend(events[i + 1 :])  # type: ignore[index]
+                    return event
+
+    def answer(self, timeout: float) -> Answer:
+        """The next :class:`Answer` (to the oldest request still waiting). A fatal error
+        frame no request owns is raised; non-fatal ones are skipped; a message here is a
+        protocol violation (ConnectionError). TimeoutError after ``timeout`` s."""
+        deadline = time.monotonic() + timeout
+        events = self._events
+        while True:
+            while events:
+                event = events.popleft()
+                if isinstance(event, Answer):
+                    return event
+                if isinstance(event, ServerError):
+                    if event.error.fatal:
+                        raise event.error
+                    continue
+                raise ConnectionError(f"nsqd {self.address}: unexpected message frames")
             left = deadline - time.monotonic()
             if left <= 0:
                 raise TimeoutError(f"nsqd {self.address}: no answer within {timeout}s")
-            frames = self.read_frames(left)
-            if frames:
-                self._backlog = frames
-        return self._backlog.pop(0)
+            received = self._receive_events(left)
+            if received:
+                events.extend(received)
 
-    def read_response(self, timeout: float) -> bytes:
-        """The next frame's payload, which must be a response (not a message).
+    # --- the burst reader's path ----------------------------------------------------------
 
-        Raises :class:`ProtocolError` on an error frame, TimeoutError after ``timeout``.
-        """
-        ftype, data = self.next_frame(timeout)
-        if ftype == FRAME_TYPE_ERROR:
-            raise ProtocolError.from_frame(data)
-        if ftype != FRAME_TYPE_RESPONSE:
-            raise ProtocolError("E_INVALID", f"unexpected frame type {ftype} from {self.address}")
+    def frame_reader(self) -> FrameReader:
+        """The protocol's frame reader, holding what was received after the last complete
+        frame, for a caller that walks frames itself over :meth:`recv`'s bytes."""
+        if self._events:
+            raise RuntimeError(f"nsqd {self.address}: events are still queued on this connection")
+        return self.proto.frames
+
+    def recv(self, timeout: float | None) -> bytes | None:
+        """Application bytes of one recv (decrypted and decompressed; b"" while a layer
+        waits for more); None on timeout. ConnectionError when nsqd closed the
+        connection or sent what the layers cannot decode."""
+        data = self._recv_raw(timeout)
+        if data is None:
+            return None
+        stack = self.proto.stack
+        if stack.layers:
+            try:
+                data = stack.receive(data)
+            except TransportError as exc:
+                raise ConnectionError(f"nsqd {self.address}: {exc}") from None
+            self.flush()  # TLS may have something to say (key update, alert)
         return data
 
-    def identify(self, fields: dict[str, Any], timeout: float = 5.0) -> dict[str, Any]:
-        """IDENTIFY with feature negotiation; the server's JSON answer."""
-        self.send(commands.identify({**fields, "feature_negotiation": True}))
-        data = self.read_response(timeout)
-        if data == b"OK":
-            return {}
-        try:
-            out = json.loads(data)
-        except ValueError:
-            return {}
-        return out if isinstance(out, dict) else {}
+    def frames_received(self, frames: list[tuple[int, bytes]]) -> list[Answer | ServerError]:
+        """The non-message frames a caller of :meth:`frame_reader` found, handled as the
+        protocol handles them: heartbeats answered (the NOP is sent now), responses and
+        errors matched to the requests waiting, in order."""
+        # the burst reader walks the protocol's reader's bytes in its place
+        events: list[Answer | ServerError] = self.proto.frames_received(frames)
+        self.flush()
+        return events
 
     def close(self) -> None:
         if not self.closed:
@@ -189,13 +245,3 @@ class BlockingConnection:
             except OSError:
                 pass
 
-
-def identify_fields(**extra: Any) -> dict[str, Any]:
-    """IDENTIFY fields naming this host and nsqpy-spark, plus ``extra``."""
-    hostname = socket.gethostname()
-    return {
-        "client_id": hostname.split(".")[0],
-        "hostname": hostname,
-        "user_agent": USER_AGENT,
-        **extra,
-    }

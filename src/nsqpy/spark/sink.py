@@ -6,6 +6,14 @@ partition id modulo the number of ``nsqdTcpAddresses``), each MPUB kept within n
 its batch is sent. A few MPUBs are pipelined; the task returns (and so can commit) only
 when nsqd has answered OK to every one of them: at least once. If the connection fails,
 the unacknowledged MPUBs are sent again, on the next address: a retry may duplicate.
+
+Options (case-insensitive): ``topic`` and ``nsqdTcpAddresses`` (required), ``maxMsgSize``
+and ``maxBodySize`` (nsqd's limits, default 1 MiB and 5 MiB), and the connection options
+of :mod:`.connopts` (``tls``, ``tlsRootCaFile``, ``tlsCert``, ``tlsKey``,
+``tlsInsecureSkipVerify``, ``tlsMinVersion``, ``snappy``, ``deflate``, ``deflateLevel``,
+``authSecret``, ``heartbeatIntervalMs``, ``outputBufferSize``, ``outputBufferTimeoutMs``,
+``userAgent``, ``dialTimeoutMs``). An nsqd that refuses the connection (AUTH, TLS
+verification) or the publication (E_UNAUTHORIZED, E_BAD_TOPIC…) fails the task at once.
 """
 
 from __future__ import annotations
@@ -19,7 +27,7 @@ import sys
 import time
 from collections import deque
 from collections.abc import Iterator, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import pyarrow as pa
@@ -31,10 +39,14 @@ from pyspark.sql.datasource import (
 )
 from pyspark.sql.types import BinaryType, StringType, StructType
 
+from nsqpy.protocol.address import parse_address_list
+from nsqpy.protocol.client import HandshakeError
 from nsqpy.protocol.errors import ProtocolError
 from nsqpy.protocol.names import is_valid_topic_name
+from nsqpy.transport import TransportError
 
-from .nsqconn import FRAME_TYPE_ERROR, BlockingConnection, identify_fields, parse_address_list
+from .connopts import ConnectionOptions
+from .nsqconn import BlockingConnection
 
 log = logging.getLogger("nsqpy.spark.sink")
 
@@ -43,6 +55,8 @@ DEFAULT_MAX_BODY_SIZE = 5 * 1024 * 1024
 #: MPUBs sent before waiting for the oldest one's answer.
 PIPELINE = 4
 RESPONSE_TIMEOUT_S = 30.0
+#: How long the handshake (IDENTIFY, TLS, AUTH) may take.
+HANDSHAKE_TIMEOUT_S = 10.0
 
 _INT32 = struct.Struct(">i")
 _INT32_NATIVE = struct.Struct("=i")  # Arrow offsets are in the machine's byte order
@@ -54,6 +68,8 @@ class SinkOptions:
     addresses: tuple[str, ...]
     max_msg_size: int = DEFAULT_MAX_MSG_SIZE
     max_body_size: int = DEFAULT_MAX_BODY_SIZE
+    #: TLS, compression, AUTH and the IDENTIFY settings
+    conn: ConnectionOptions = field(default_factory=ConnectionOptions)
 
     @classmethod
     def parse(cls, options: Mapping[str, str]) -> SinkOptions:
@@ -84,7 +100,8 @@ class SinkOptions:
         if max_body < 9:
             raise ValueError("nsq sink: option 'maxBodySize' must be >= 9")
         # a message must also fit alone in an MPUB: [int32 count][int32 size][body]
-        return cls(topic, tuple(addresses), min(max_msg, max_body - 8), max_body)
+        conn = ConnectionOptions.parse(opts, "nsq sink", consumer=False)
+        return cls(topic, tuple(addresses), min(max_msg, max_body - 8), max_body, conn)
 
 
 def check_schema(schema: StructType) -> None:
@@ -180,6 +197,7 @@ class _Publisher:
         self.unacked: deque[bytes] = deque()
         self.mpubs = 0
         self.failures = 0
+        self.tls_context = opts.conn.tls_context()
 
     @property
     def address(self) -> str:
@@ -187,15 +205,27 @@ class _Publisher:
 
     def _connect(self) -> BlockingConnection:
         if self.conn is None:
-            conn = BlockingConnection(self.address)
+            co = self.opts.conn
+            conn = BlockingConnection(
+                self.address,
+                co.identify(),
+                tls_context=self.tls_context,
+                auth_secret=co.auth_secret or None,
+                deflate_level=co.deflate_level,
+                connect_timeout=co.dial_timeout_ms / 1000,
+            )
             try:
-                conn.identify(identify_fields())
+                conn.handshake(HANDSHAKE_TIMEOUT_S)
+            except (ProtocolError, HandshakeError, TransportError) as exc:
+                # refused (AUTH, TLS verification…): no retry helps
+                conn.close()
+                raise RuntimeError(f"nsq sink: nsqd {self.address} refused the connection: {exc}") from None
             except BaseException:
                 conn.close()
                 raise
             self.conn = conn
             for cmd in self.unacked:
-                conn.send(cmd)
+                conn.request(cmd)
         return self.conn
 
     def _retry(self, exc: Exception) -> None:
@@ -219,7 +249,7 @@ class _Publisher:
                 if self.conn is None:
                     self._connect()  # (re)sends every unacknowledged command, this one too
                 else:
-                    self.conn.send(cmd)
+                    self.conn.request(cmd)
                 while len(self.unacked) > PIPELINE:
                     self._await_one()
                 return
@@ -236,12 +266,16 @@ class _Publisher:
 
     def _await_one(self) -> None:
         assert self.conn is not None
-        ftype, data = self.conn.next_frame(RESPONSE_TIMEOUT_S)
-        if ftype == FRAME_TYPE_ERROR:
-            err = ProtocolError.from_frame(data)
+        try:
+            answer = self.conn.answer(RESPONSE_TIMEOUT_S)
+        except ProtocolError as exc:  # a fatal error frame with no MPUB waiting
+            raise ConnectionError(str(exc)) from None
+        err = answer.error
+        if err is not None:
             if err.code == "E_MPUB_FAILED":
                 raise ConnectionError(str(err))
             raise RuntimeError(f"nsq sink: nsqd {self.address} rejected MPUB: {err}")
+        data = answer.data or b""
         if data != b"OK":
             raise RuntimeError(f"nsq sink: unexpected answer {data[:100]!r} from nsqd {self.address}")
         self.unacked.popleft()

@@ -2,10 +2,24 @@
 
 Spark keeps one :class:`NsqStreamReader` per query in a long-lived Python runner on the
 driver. On its first ``initialOffset``/``latestOffset`` call it starts one I/O thread per
-nsqd (found through nsqlookupd or given as addresses). Each thread owns a blocking socket
-(IDENTIFY, SUB, RDY, heartbeats answered with NOP) and turns every delivery burst into a
-*chunk*: an Arrow IPC file in ``spoolPath`` written durably (see :mod:`.spool`); only then
-are the burst's messages FIN'd, with one write.
+nsqd (found through nsqlookupd or given as addresses). Each thread owns a blocking
+connection (:class:`.nsqconn.BlockingConnection`: the protocol's handshake with TLS,
+compression and AUTH, then SUB, RDY, heartbeats answered with NOP) and turns every delivery
+burst into a *chunk*: an Arrow IPC file in ``spoolPath`` written durably (see
+:mod:`.spool`); only then are the burst's messages FIN'd, with one write.
+
+Options (case-insensitive): ``topic`` (required), ``channel`` (``nsq_spark``),
+``nsqlookupdHttpAddresses`` or ``nsqdTcpAddresses`` (comma-separated ``host:port``),
+``nsqdHttpAddresses`` (optional, paired with ``nsqdTcpAddresses``, for availableNow's
+``/stats``), ``spoolPath`` (required), ``maxRecordsPerBatch`` (100000), ``maxInFlight``
+(2500), ``msgTimeoutMs`` (60000), ``maxSpoolRows`` (1000000), ``numPartitions`` (2),
+``lookupdPollIntervalMs`` (30000), ``availableNowQuietMs`` (1500), and the connection
+options of :mod:`.connopts`: ``tls``, ``tlsRootCaFile``, ``tlsCert``, ``tlsKey``,
+``tlsInsecureSkipVerify``, ``tlsMinVersion``, ``snappy``, ``deflate``, ``deflateLevel``,
+``authSecret`` (also sent to nsqlookupd as a Bearer token, as go-nsq does),
+``heartbeatIntervalMs`` (15000), ``outputBufferSize``, ``outputBufferTimeoutMs`` (50),
+``userAgent``, ``dialTimeoutMs``, ``sampleRate``. An nsqd that refuses the connection
+(AUTH, TLS verification, IDENTIFY or SUB) fails the query with that cause.
 
 Offsets are ``{"chunk": N}``: N is the sequence number of the *last chunk included* (0 =
 none). A batch ``(start, end]`` is every chunk with ``start < seq <= end``; its partitions
@@ -28,9 +42,8 @@ import os
 import random
 import threading
 import time
-import urllib.parse
 from collections.abc import Iterator, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import pyarrow as pa
@@ -45,19 +58,16 @@ from pyspark.sql.streaming.datasource import (
 )
 
 from nsqpy.protocol import commands
+from nsqpy.protocol.address import parse_address_list
+from nsqpy.protocol.client import Answer, HandshakeError
+from nsqpy.protocol.discovery import lookup_headers, lookup_url, producers
 from nsqpy.protocol.errors import ProtocolError
 from nsqpy.protocol.names import is_valid_channel_name, is_valid_topic_name
+from nsqpy.transport import TransportError
 
 from .burst import Burst, BurstReader, fin_command
-from .nsqconn import (
-    FRAME_TYPE_ERROR,
-    HEARTBEAT,
-    BlockingConnection,
-    http_get_json,
-    identify_fields,
-    parse_address_list,
-    stats_url,
-)
+from .connopts import ConnectionOptions
+from .nsqconn import BlockingConnection, http_get_json, stats_url
 from .spool import ARROW_SCHEMA, Chunk, Spool, list_chunks, read_chunk
 
 log = logging.getLogger("nsqpy.spark.source")
@@ -84,6 +94,12 @@ REFUSALS = frozenset(
     }
 )
 OUTPUT_BUFFER_TIMEOUT_MS = 50
+#: How long the handshake (IDENTIFY, TLS, AUTH) and SUB may take.
+HANDSHAKE_TIMEOUT_S = 10.0
+#: How long a closing connection waits for the answer to CLS.
+CLOSE_WAIT_S = 1.0
+#: The token of the CLS request.
+_CLS = "CLS"
 
 
 # --- options ----------------------------------------------------------------------------------
@@ -123,6 +139,8 @@ class SourceOptions:
     num_partitions: int = 2
     lookupd_poll_interval_ms: int = 30_000
     available_now_quiet_ms: int = 1500
+    #: TLS, compression, AUTH and the IDENTIFY settings
+    conn: ConnectionOptions = field(default_factory=ConnectionOptions)
 
     @classmethod
     def parse(cls, options: Mapping[str, str]) -> SourceOptions:
@@ -165,6 +183,7 @@ class SourceOptions:
             num_partitions=_int_option(opts, "numPartitions", 2, 1),
             lookupd_poll_interval_ms=_int_option(opts, "lookupdPollIntervalMs", 30_000, 100),
             available_now_quiet_ms=_int_option(opts, "availableNowQuietMs", 1500, 10),
+            conn=ConnectionOptions.parse(opts, "nsq source", consumer=True),
         )
 
 
@@ -273,6 +292,8 @@ class _Consumer(threading.Thread):
         self._addr_col = _ConstColumn(tcp_address)
         self.persisted = 0
         self.last_error = ""
+        #: the answer to CLS, once it came
+        self._cls_answer: Answer | None = None
 
     # --- lifecycle ---
 
@@ -289,10 +310,17 @@ class _Consumer(threading.Thread):
                 if self.connected or exc.code not in REFUSALS:
                     log.warning("nsq source: nsqd %s: %s", self.tcp_address, exc)
                 else:
-                    # nsqd refused our IDENTIFY/SUB: retrying cannot help; fail the query
+                    # nsqd refused our IDENTIFY/AUTH/SUB: retrying cannot help; fail the query
                     msg = f"nsq source: nsqd {self.tcp_address} refused the subscription: {exc}"
                     rt.fail(RuntimeError(msg))
                     break
+            except (HandshakeError, TransportError) as exc:
+                # the TLS handshake failed (verification…), or nsqd asks for what this
+                # source is not configured to do (AUTH without authSecret): fail the query
+                if rt.stopping:
+                    break
+                rt.fail(RuntimeError(f"nsq source: nsqd {self.tcp_address}: {exc}"))
+                break
             except Exception as exc:
                 if rt.stopping:
                     break
@@ -316,28 +344,39 @@ class _Consumer(threading.Thread):
     def _session(self) -> None:
         rt = self.rt
         opts = rt.opts
-        conn = self.conn = BlockingConnection(self.tcp_address)
-        ident = conn.identify(
-            identify_fields(
+        co = opts.conn
+        conn = self.conn = BlockingConnection(
+            self.tcp_address,
+            co.identify(
                 heartbeat_interval=HEARTBEAT_INTERVAL_MS,
                 msg_timeout=opts.msg_timeout_ms,
                 output_buffer_timeout=OUTPUT_BUFFER_TIMEOUT_MS,
-            )
+            ),
+            tls_context=rt.tls_context,
+            auth_secret=co.auth_secret or None,
+            deflate_level=co.deflate_level,
+            connect_timeout=co.dial_timeout_ms / 1000,
         )
-        self.max_rdy = int(ident.get("max_rdy_count") or 2500)
-        conn.send(commands.sub(opts.topic, opts.channel))
-        resp = conn.read_response(10.0)
-        if resp != b"OK":
-            raise ProtocolError("E_INVALID", f"unexpected SUB response {resp!r}")
+        conn.handshake(HANDSHAKE_TIMEOUT_S)
+        self.max_rdy = int(conn.settings.get("max_rdy_count") or 2500)
+        conn.request(commands.sub(opts.topic, opts.channel), "SUB")
+        answer = conn.answer(HANDSHAKE_TIMEOUT_S)
+        if answer.error is not None:
+            raise answer.error
+        if answer.data != b"OK":
+            raise ProtocolError("E_INVALID", f"unexpected SUB response {answer.data!r}")
         self.sessions += 1
-        self._frames = BurstReader(conn.detach_reader())
+        # from here on the burst reader walks the frames (the protocol's reader, with any
+        # partial frame it holds, is its pending buffer)
+        self._frames = BurstReader(conn.frame_reader())
+        self._cls_answer = None
         if rt.available_now and self.sessions == 1:
             self._snapshot_pending()
         self.connected = True
         self.rdy = 0
         with rt.cond:
             self.quiet_since = time.monotonic()
-        sock = conn.sock
+        recv = conn.recv
         while True:
             if rt.stopping:
                 self._close_cleanly()
@@ -350,14 +389,10 @@ class _Consumer(threading.Thread):
                     self.window = want
                 with rt.cond:
                     self.quiet_since = time.monotonic()
-            sock.settimeout(CUT_IDLE_S if len(self._burst) else 0.1)
-            try:
-                data = sock.recv(1 << 20)
-            except TimeoutError:
-                data = None
-            if data is not None:
-                if not data:
-                    raise ConnectionError(f"nsqd {self.tcp_address} closed the connection")
+            # application bytes: the socket's own without TLS or compression; b"" while a
+            # layer waits for the rest of a record; None after the timeout
+            data = recv(CUT_IDLE_S if len(self._burst) else 0.1)
+            if data:
                 self._parse(data)
             n = len(self._burst)
             if n:
@@ -381,21 +416,26 @@ class _Consumer(threading.Thread):
         cap = min(CUT_MAX_ROWS, self.rt.opts.max_records_per_batch)
         return max(1, min(int(self.window * CUT_RDY_FRACTION), cap))
 
-    def _close_cleanly(self) -> None:
-        """CLS, wait briefly for CLOSE_WAIT; unpersisted messages are not FIN'd."""
+    def _close_cleanly(self, timeout: float = CLOSE_WAIT_S) -> bool:
+        """CLS, then wait up to ``timeout`` s for its answer (``CLOSE_WAIT``), reading what
+        comes before it as usual (heartbeats answered; messages still arriving are not
+        FIN'd: nsqd re-delivers them). Whether the answer came."""
         conn = self.conn
         if conn is None:
-            return
+            return False
         try:
-            conn.send(commands.CLS)
-            deadline = time.monotonic() + 1.0
-            while time.monotonic() < deadline:
-                conn.sock.settimeout(max(deadline - time.monotonic(), 0.01))
-                data = conn.sock.recv(1 << 20)
-                if not data or b"CLOSE_WAIT" in data:
-                    break
-        except OSError:
-            pass
+            conn.request(commands.CLS, _CLS)
+            deadline = time.monotonic() + timeout
+            while self._cls_answer is None:
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    return False
+                data = conn.recv(left)
+                if data:
+                    self._parse(data)
+        except (OSError, ProtocolError):
+            return False
+        return True
 
     # --- receiving ---
 
@@ -406,22 +446,31 @@ class _Consumer(threading.Thread):
             others = self._frames.feed(data, burst)
         except ValueError as exc:
             raise ConnectionError(f"nsqd {self.tcp_address}: {exc}") from None
-        for ftype, payload in others:
-            if ftype == FRAME_TYPE_ERROR:
-                err = ProtocolError.from_frame(payload)
-                if err.fatal:
-                    raise err
-                # E_FIN_FAILED: the message timed out before its FIN; nsqd re-delivers it
-                log.warning("nsq source: nsqd %s: %s", self.tcp_address, err)
-            elif payload == HEARTBEAT:
-                assert self.conn is not None
-                self.conn.send(commands.NOP)
+        if others:
+            self._others(others)
         if len(burst) > had:
             now = time.monotonic()
             if not had:
                 self._first_at = now
             with self.rt.cond:
                 self.quiet_since = now
+
+    def _others(self, frames: list[tuple[int, bytes]]) -> None:
+        """Responses, errors and heartbeats among the messages, through the protocol."""
+        assert self.conn is not None
+        for event in self.conn.frames_received(frames):
+            if isinstance(event, Answer):
+                if event.token == _CLS:
+                    self._cls_answer = event
+                else:
+                    log.warning("nsq source: nsqd %s: unexpected response %r", self.tcp_address,
+                                (event.data or b"")[:100])
+                continue
+            err = event.error
+            if err.fatal:
+                raise err
+            # E_FIN_FAILED: the message timed out before its FIN; nsqd re-delivers it
+            log.warning("nsq source: nsqd %s: %s", self.tcp_address, err)
 
     def _drop_burst(self) -> None:
         self._burst = Burst()
@@ -497,6 +546,8 @@ class _Runtime:
         self.cond = threading.Condition()
         self.stop_event = threading.Event()
         self.stopping = False
+        #: one TLS context for every connection (None without the ``tls`` option)
+        self.tls_context = opts.conn.tls_context()
         self.spool = Spool(opts.spool_path)
         self.spool.skip_to(start)
         # batches up to `start` are done (Spark plans the next batch only after the
@@ -537,17 +588,18 @@ class _Runtime:
         self.consumers[tcp] = c
         c.start()
 
-    def lookup(self, raise_if_unreachable: bool = False) -> dict[str, str] | None:
-        """``{tcp address: http address}`` of the topic's producers from every lookupd;
+    def lookup(self, raise_if_unreachable: bool = False) -> dict[str, str | None] | None:
+        """``{tcp address: http address or None}`` of the topic's producers from every
+        lookupd (:mod:`nsqpy.protocol.discovery`: go-nsq's URL, headers and reading);
         None if no lookupd answered. Warns when the lookupds that answered know no
         producer of the topic (once, until one appears)."""
-        out: dict[str, str] = {}
+        out: dict[str, str | None] = {}
         answered: list[str] = []  # "lookupd: what it answered"
         errors = []
-        topic = urllib.parse.quote(self.opts.topic)
+        headers = lookup_headers(self.opts.conn.auth_secret or None)
         for lookupd in self.opts.lookupd_http_addresses:
             try:
-                status, doc = http_get_json(f"http://{lookupd}/lookup?topic={topic}")
+                status, doc = http_get_json(lookup_url(lookupd, self.opts.topic), headers=headers)
             except OSError as exc:
                 errors.append(f"{lookupd}: {exc}")
                 continue
@@ -558,15 +610,10 @@ class _Runtime:
             if status != 200 or not isinstance(doc, dict):
                 errors.append(f"{lookupd}: HTTP {status}")
                 continue
-            found = 0
-            for p in doc.get("producers") or []:
-                host = p.get("broadcast_address") or p.get("hostname")
-                if not host or not p.get("tcp_port"):
-                    continue
-                host = f"[{host}]" if ":" in host else host
-                out[f"{host}:{p['tcp_port']}"] = f"{host}:{p.get('http_port')}"
-                found += 1
-            answered.append(f"{lookupd}: {found} producer(s)" if found else f"{lookupd}: no producers")
+            found = producers(doc)
+            for p in found:
+                out[p.tcp] = out.get(p.tcp) or p.http or None
+            answered.append(f"{lookupd}: {len(found)} producer(s)" if found else f"{lookupd}: no producers")
         if not answered:
             msg = "nsq source: no nsqlookupd answered /lookup: " + "; ".join(errors)
             if raise_if_unreachable:
@@ -576,7 +623,7 @@ class _Runtime:
         self._note_producers(out, answered + errors)
         return out
 
-    def _note_producers(self, found: dict[str, str], answers: list[str]) -> None:
+    def _note_producers(self, found: dict[str, str | None], answers: list[str]) -> None:
         """Say (a WARNING, which reaches the job's stderr) that nsqlookupd knows no producer
         of the topic: a bounded run then reads nothing, a streaming one keeps polling. Once,
         until producers appear. (Go's tools log an error at every poll.)"""
@@ -781,7 +828,9 @@ class NsqStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self._rt: _Runtime | None = None
 
     def __getstate__(self) -> dict[str, Any]:
-        return {"opts": self.opts, "_available_now": self._available_now, "_rt": None}
+        # pickled for the executors' reads, which open no connection: no secret goes along
+        opts = replace(self.opts, conn=replace(self.opts.conn, auth_secret=""))
+        return {"opts": opts, "_available_now": self._available_now, "_rt": None}
 
     def _runtime(self, start: int) -> _Runtime:
         if self._rt is None:
