@@ -5,6 +5,7 @@ test daemons' ports, which the OS picks) and ``.venv/bin/`` (this Python's bin d
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import re
@@ -167,3 +168,69 @@ def test_readme_tls_example_runs(tmp_path):
                                             timeout=5).read()
             client = json.loads(status)["topics"][0]["channels"][0]["clients"][0]
             assert client["tls"] is True and client["snappy"] is True, client
+
+
+@pytest.mark.timeout(180)
+async def test_readme_client_tools_and_spark_over_tls_and_auth(tmp_path):
+    """The README's TLS + AUTH examples for our client, nsq_tail and nsq_spark, as written,
+    against an nsqd with the README's certificate, --tls-required=tcp-https and an auth
+    server (tests/support.AuthServer) that knows the secret."""
+    from support import GRANT, AuthServer, wait_for
+
+    from nsqpy.nsqd.nsqd import NSQD
+    from nsqpy.nsqd.options import Options
+
+    ex = examples()
+    res = subprocess.run(["bash", "-c", ex["tls-cert"]], cwd=tmp_path, capture_output=True,
+                         text=True, timeout=60)
+    assert res.returncode == 0, res.stderr
+    authd = await AuthServer().start()
+    authd.answers["good"] = dict(GRANT, authorizations=[
+        {"topic": "^test$", "channels": [".*"], "permissions": ["publish", "subscribe"]}])
+    (tmp_path / "data").mkdir()
+    opts = Options(tcp_address="127.0.0.1:0", http_address="127.0.0.1:0",
+                   https_address="127.0.0.1:0", data_path=str(tmp_path / "data"),
+                   tls_cert=str(tmp_path / "nsqd.crt"), tls_key=str(tmp_path / "nsqd.key"),
+                   tls_required="tcp-https", auth_http_addresses=[authd.address])
+    env = dict(os.environ, NSQ_AUTH_SECRET="good", PYTHONUNBUFFERED="1")
+    try:
+        async with NSQD(opts) as d:
+            tcp = f"127.0.0.1:{d.tcp_port}"
+            d.get_topic("test").get_channel("archive")
+
+            def localize(code: str) -> str:
+                return code.replace("127.0.0.1:4150", tcp).replace(".venv/bin/", f"{BIN_DIR}/")
+
+            async def run(argv: list[str], timeout: float) -> subprocess.CompletedProcess:
+                proc = await asyncio.create_subprocess_exec(
+                    *argv, cwd=tmp_path, env=env, stdout=asyncio.subprocess.PIPE,
+                    stderr=asyncio.subprocess.PIPE)
+                out, err = await asyncio.wait_for(proc.communicate(), timeout)
+                return subprocess.CompletedProcess(argv, proc.returncode, out.decode(), err.decode())
+
+            tail = await asyncio.create_subprocess_exec(
+                "bash", "-c", localize(ex["tools-tls"]).replace("\\\n", " "), cwd=tmp_path,
+                env=env, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE)
+            try:
+                await wait_for(lambda: any(c.endswith("#ephemeral")
+                                           for c in d.topics["test"].channels), timeout=30)
+                res = await run([sys.executable, "-c", localize(ex["client-tls"])], 60)
+                assert res.returncode == 0, res.stderr
+                out, err = await asyncio.wait_for(tail.communicate(), 30)
+            finally:
+                if tail.returncode is None:
+                    tail.kill()
+                    await tail.wait()
+            assert (tail.returncode, out) == (0, b"hello over TLS\n"), err
+            res = await run(["bash", "-c", localize(ex["spark-tls"]).replace("\\\n", " ")], 170)
+            assert res.returncode == 0, res.stderr[-3000:]
+            assert "rows in 1, rows out 1" in res.stdout, res.stdout
+            import pyarrow.dataset as ds
+
+            table = ds.dataset(str(tmp_path / "out/tls"), format="parquet",
+                               partitioning="hive").to_table()
+            assert table.column("body").to_pylist() == [b"hello over TLS"]
+            assert {r["secret"] for r in authd.requests} == {"good"}
+            assert {r["tls"] for r in authd.requests} == {"true"}
+    finally:
+        await authd.stop()
