@@ -55,7 +55,7 @@ _unpack_head = MESSAGE_FIELDS.unpack_from
 
 def decode_records(records: list[bytes], where: str) -> list[Message]:
     """DiskQueue records back to messages (a record too short to hold a header is skipped)."""
-    out = []
+    out: list[Message] = []
     append = out.append
     for r in records:
         if len(r) < BODY_AT:

@@ -807,7 +807,7 @@ class DiskQueue:
         """Names in data_path that belong to this queue (segments, .bad, metadata, temps)."""
         head = self.name + ".diskqueue."
         meta = head + "meta.dat"
-        out = []
+        out: list[str] = []
         try:
             names = os.listdir(self.data_path)
         except FileNotFoundError:
@@ -915,13 +915,17 @@ class DiskQueue:
                 rpos = wpos = size  # nothing unread survives; append after what is there
             else:
                 start = rpos if rfn == wfn else 0
-                _, end, _ = self._scan(path, start)  # type: ignore[misc]
+                scanned = self._scan(path, start)
+                assert scanned is not None  # the file exists: its size was just read
+                _, end, _ = scanned
                 if end < size:
                     self._truncate(path, end, size)
                 wpos = end
             recount = True
         elif size > wpos:
-            count, end, _ = self._scan(path, wpos)
+            scanned = self._scan(path, wpos)
+            assert scanned is not None
+            count, end, _ = scanned
             if end < size:
                 self._truncate(path, end, size)
             if count or end != wpos:

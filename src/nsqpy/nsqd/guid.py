@@ -36,7 +36,7 @@ class GUIDFactory:
         else:
             seq = -1
         node = self._node
-        out = []
+        out: list[bytes] = []
         append = out.append
         for _ in range(count):
             seq += 1

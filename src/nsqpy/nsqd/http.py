@@ -213,7 +213,11 @@ class HTTPServer:
             raise HTTPError(503, "EXITING") from None
         if syncer.urgent_requests != urgent:  # --sync-every reached: answer after the fsync
             done: asyncio.Future[BaseException | None] = asyncio.get_running_loop().create_future()
-            syncer.wait(lambda err: done.done() or done.set_result(err))
+            def synced(err: BaseException | None) -> None:
+                if not done.done():
+                    done.set_result(err)
+
+            syncer.wait(synced)
             err = await done
             if err is not None:
                 log.error("TOPIC(%s): failed to sync message(s) - %s", topic.name, err)

@@ -145,12 +145,12 @@ class LookupPeer:
         loop = asyncio.get_running_loop()
         next_ping = loop.time() + PING_INTERVAL
         while True:
-            cmd = await self._next_command(reader, max(next_ping - loop.time(), 0))
-            if cmd is None:
+            queued = await self._next_command(reader, max(next_ping - loop.time(), 0))
+            if queued is None:
                 await self._checked(reader, writer, ping())
                 next_ping = loop.time() + PING_INTERVAL
             else:
-                await self._checked(reader, writer, cmd)
+                await self._checked(reader, writer, queued)
 
     async def _next_command(self, reader: asyncio.StreamReader, timeout: float) -> bytes | None:
         """The next queued command, or None when it is time to PING. Meanwhile watch the

@@ -14,6 +14,7 @@ import os
 from typing import Any
 
 from .. import NSQ_VERSION
+from .fileio import go_strerror
 
 METADATA_FILE = "nsqd.dat"
 
@@ -60,13 +61,13 @@ class DataPathLock:
         try:
             fd = os.open(self.path, os.O_RDONLY)
         except OSError as e:
-            raise RuntimeError(f"open {self.path}: {e.strerror.lower()}") from None
+            raise RuntimeError(f"open {self.path}: {go_strerror(e.errno, str(e))}") from None
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except OSError as e:
             os.close(fd)
             raise RuntimeError(
-                f"cannot flock directory {self.path} - {e.strerror.lower()} "
+                f"cannot flock directory {self.path} - {go_strerror(e.errno, str(e))} "
                 "(possibly in use by another instance of nsqd)"
             ) from None
         self._fd = fd

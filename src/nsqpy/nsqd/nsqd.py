@@ -177,8 +177,9 @@ class NSQD:
 
     async def _listen(self) -> None:
         opts = self.options
+        loop = self.loop
         self._tcp_sock = _listen_socket(opts.tcp_address)
-        self._tcp_server = await self._loop.create_server(
+        self._tcp_server = await loop.create_server(
             lambda: ProtocolV2(self), sock=self._tcp_sock
         )
         self.tcp_address = self._bound(self._tcp_sock)
@@ -197,7 +198,7 @@ class NSQD:
             self._http_runner = await start_http(self, self._http_sock)
             self.http_address = self._bound(self._http_sock)
             log.info("HTTP: listening on %s", self._fmt(self.http_address))
-        self._scan_task = self._loop.create_task(self._queue_scan_loop())
+        self._scan_task = loop.create_task(self._queue_scan_loop())
 
     @staticmethod
     def _bound(sock: socket.socket) -> tuple[str, int] | str:

@@ -58,7 +58,8 @@ def fin_command(ids: pa.Array) -> bytes:
     _, offsets, data = joined.buffers()
     first = struct.unpack_from("<i", offsets, 4 * joined.offset)[0]
     last = struct.unpack_from("<i", offsets, 4 * (joined.offset + len(joined)))[0]
-    return data.slice(first, last - first).to_pybytes()
+    out: bytes = data.slice(first, last - first).to_pybytes()
+    return out
 
 
 class BurstReader:

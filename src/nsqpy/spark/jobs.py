@@ -740,7 +740,8 @@ class BatchFiles:
     def _files_under(fs: Any, path: Any) -> list[Any]:
         """Paths of the files below ``path``. (Not ``listFiles``: its located statuses load
         each file's permissions, which the local file system does by running ``ls -ld``.)"""
-        files, todo = [], [path]
+        files: list[Any] = []
+        todo = [path]
         while todo:
             for status in fs.listStatus(todo.pop()):
                 (todo if status.isDirectory() else files).append(status.getPath())
@@ -877,7 +878,7 @@ def _publish(df: Any, options: dict[str, str]) -> None:
     df.write.format("nsq").mode("append").options(**options).save()
 
 
-def _counts_by(df: Any, column: str) -> dict[str, int]:
+def _counts_by(df: Any, column: str) -> dict[Any, int]:
     return {r[0]: r[1] for r in df.groupBy(column).count().collect()}
 
 
@@ -1119,7 +1120,7 @@ def run(opts: JobOptions, stop: _Stop | None = None) -> int:
     from nsqpy.spark.session import make_session, stop_jvm
 
     conf = dict(SESSION_CONF)  # the user's --spark-conf wins
-    conf.update(kv.split("=", 1) for kv in opts.spark_conf)
+    conf.update(tuple(kv.split("=", 1)) for kv in opts.spark_conf)  # type: ignore[misc]
     totals = Totals()
     failure: str | None = None
     try:

@@ -166,7 +166,9 @@ def _launch_jvm(options: dict[str, str]) -> None:
 
     conf = SparkConf()
     conf.setAll(list(options.items()))
-    _own_gateway = launch_gateway(conf, popen_kwargs={"start_new_session": True})
+    _own_gateway = launch_gateway(  # type: ignore[no-untyped-call]  # pyspark's is untyped
+        conf, popen_kwargs={"start_new_session": True}
+    )
     # registered after the SPARK_HOME mirror's removal: exit handlers run last-in first-out,
     # so the JVM has exited before the links it reads jars through go
     atexit.register(stop_jvm)
