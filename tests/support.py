@@ -280,3 +280,45 @@ class AuthServer:
     async def stop(self) -> None:
         assert self.runner is not None
         await self.runner.cleanup()
+
+
+# --- ports and /stats -----------------------------------------------------------------------
+
+
+def free_port() -> int:
+    """A TCP port nothing listens on (bound once, then released)."""
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def nsqd_stats(http_address: str, topic: str | None = None, channel: str | None = None) -> Any:
+    """nsqd's ``/stats?format=json`` (filtered to ``topic``/``channel`` when given), blocking;
+    a non-200 answer fails the test."""
+    import urllib.parse
+    import urllib.request
+
+    query = {"format": "json"}
+    if topic:
+        query["topic"] = topic
+    if channel:
+        query["channel"] = channel
+    url = f"http://{http_address}/stats?{urllib.parse.urlencode(query)}"
+    with urllib.request.urlopen(url, timeout=10) as resp:
+        assert resp.status == 200
+        return json.loads(resp.read())
+
+
+def find_stats(doc: Any, topic: str, channel: str | None = None) -> Any:
+    """The topic's (or channel's) entry in a ``/stats`` document, None if absent."""
+    for t in doc.get("topics") or []:
+        if t["topic_name"] != topic:
+            continue
+        if channel is None:
+            return t
+        for c in t["channels"]:
+            if c["channel_name"] == channel:
+                return c
+    return None

@@ -43,9 +43,3 @@ def opts(tmp_path: Any, name: str, **kw: Any) -> Any:
     return make_options(d, **kw)
 
 
-def free_port() -> int:
-    import socket
-
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])

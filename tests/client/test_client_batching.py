@@ -159,7 +159,7 @@ async def test_cancelled_iterator_passes_its_message_on(nsqd: NSQD) -> None:
         await c.wait_connected()
         first = asyncio.ensure_future(anext(aiter(c)))
         second = asyncio.ensure_future(anext(aiter(c)))
-        await asyncio.sleep(0.05)  # both wait now
+        await wait_for(lambda: len(c._waiters) == 2)  # both wait now
         woken = asyncio.Event()
         real_wake = c._wake
 

@@ -6,7 +6,8 @@ import asyncio
 
 import pytest
 from aiohttp import web
-from client_helpers import channel_stats, free_port, opts
+from client_helpers import channel_stats, opts
+from support import free_port
 from support import wait_for
 
 from nsqpy.client import Consumer, ConnectionConfig, ExponentialBackoff, Message, Producer, RequeueMessage

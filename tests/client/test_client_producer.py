@@ -6,7 +6,8 @@ import asyncio
 import json
 
 import pytest
-from client_helpers import free_port, opts, topic_depth
+from client_helpers import opts, topic_depth
+from support import free_port
 from support import RawClient, wait_for
 
 from nsqpy.client import (

@@ -8,7 +8,7 @@ import signal
 import time
 
 import pytest
-from support import RawClient
+from support import RawClient, nsqd_stats
 
 from e2e.proc import NsqdProcess
 from nsqpy.protocol import commands
@@ -33,9 +33,7 @@ async def drain(port: int, topic: str, channel: str, n: int, timeout: float = 30
 
 
 def stats(p: NsqdProcess) -> dict:
-    status, body = p.http_get("/stats?format=json")
-    assert status == 200
-    return json.loads(body)
+    return nsqd_stats(p.http_address)
 
 
 def depths(p: NsqdProcess) -> dict:

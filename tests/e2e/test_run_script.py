@@ -17,19 +17,13 @@ import sys
 from pathlib import Path
 
 import pytest
-from support import wait_until
+from support import free_port, wait_until
 
 from e2e.proc import http_request
 
 pytestmark = pytest.mark.timeout(90)
 
 ROOT = Path(__file__).resolve().parents[2]
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 class RunScript:

@@ -8,7 +8,6 @@ import by name (``from conftest import make_options``).
 
 from __future__ import annotations
 
-import json
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -20,7 +19,7 @@ pytest.importorskip("pyspark")
 pytest.importorskip("pyarrow")
 
 from e2e.proc import NsqdProcess, NsqlookupdProcess  # noqa: E402
-from support import read_bodies, wait_until  # noqa: E402
+from support import find_stats, nsqd_stats, read_bodies, wait_until  # noqa: E402
 
 from nsqpy.client.sync import SyncProducer  # noqa: E402
 
@@ -94,18 +93,8 @@ def wait_for(cond: Callable[[], Any], timeout: float = 20.0, what: str = "condit
 
 def stats(nsqd: NsqdProcess, topic: str, channel: str | None = None) -> dict[str, Any] | None:
     """The topic's (or channel's) /stats entry, None if absent."""
-    q = f"/stats?format=json&topic={topic}" + (f"&channel={channel}" if channel else "")
-    status, body = nsqd.http_get(q)
-    assert status == 200, body
-    for t in json.loads(body).get("topics") or []:
-        if t["topic_name"] != topic:
-            continue
-        if channel is None:
-            return t
-        for c in t["channels"]:
-            if c["channel_name"] == channel:
-                return c
-    return None
+    found: dict[str, Any] | None = find_stats(nsqd_stats(nsqd.http_address, topic, channel), topic, channel)
+    return found
 
 
 def consume(nsqd: NsqdProcess, topic: str, channel: str, n: int, timeout: float = 30.0) -> list[bytes]:
