@@ -234,3 +234,59 @@ async def test_readme_client_tools_and_spark_over_tls_and_auth(tmp_path):
             assert {r["tls"] for r in authd.requests} == {"true"}
     finally:
         await authd.stop()
+
+
+@pytest.mark.timeout(120)
+def test_readme_other_tools_run(cluster, tmp_path):
+    """The README's nsq_to_file, nsq_to_http, nsq_to_nsq and nsq_stat lines, as written (the
+    addresses localised; port 8080 is a test web server that records what it is sent)."""
+    import http.server
+    import threading
+
+    lookupd, nsqd = cluster
+    posted: list[bytes] = []
+
+    class Ingest(http.server.BaseHTTPRequestHandler):
+        def do_POST(self) -> None:  # noqa: N802
+            posted.append(self.rfile.read(int(self.headers["Content-Length"])))
+            self.send_response(200)
+            self.end_headers()
+
+        def log_message(self, *args: object) -> None:
+            pass
+
+    web = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Ingest)
+    threading.Thread(target=web.serve_forever, daemon=True).start()
+    lines = [ln for ln in examples()["tools-more"].splitlines() if ln.strip()]
+    localized = [ln.replace("127.0.0.1:4161", lookupd.http_address)
+                 .replace("127.0.0.1:4150", nsqd.tcp_address)
+                 .replace("127.0.0.1:8080", f"127.0.0.1:{web.server_address[1]}")
+                 .replace(".venv/bin/", f"{BIN_DIR}/") for ln in lines]
+    assert nsqd.http_post("/topic/create?topic=test")[0] == 200
+    procs = []
+    try:
+        for i, line in enumerate(localized[:3]):
+            procs.append(ToolProcess(f"tool{i}", [], tmp_path, argv=["bash", "-c", "exec " + line],
+                                     cwd=tmp_path))
+        want = {"nsq_to_file", "nsq_to_http", "nsq_to_nsq"}
+        wait_until(lambda: want <= set(channels(nsqd, "test")), what="the three tools' channels")
+        body = b"\n".join(b"event %d" % i for i in range(20))
+        assert nsqd.http_post("/mpub?topic=test", body)[0] == 200
+        wait_until(lambda: len(posted) == 20, what="nsq_to_http's 20 POSTs")
+        assert sorted(posted) == sorted(body.split(b"\n"))
+        wait_until(lambda: message_count(nsqd, "test-copy") == 20, what="nsq_to_nsq's copies")
+        res = subprocess.run(["bash", "-c", localized[3]], capture_output=True, text=True,
+                             timeout=60, cwd=tmp_path)
+        assert res.returncode == 0, res.stderr
+        assert res.stdout.count("\n") >= 3, res.stdout  # a header and two polls
+        for p in procs:
+            p.signal(signal.SIGTERM)
+        for p in procs:
+            assert p.wait(30) == 0, p.describe()
+        files = list((tmp_path / "archive").iterdir())
+        lines_out = b"".join(f.read_bytes() for f in files).splitlines()
+        assert sorted(lines_out) == sorted(body.split(b"\n")), files
+    finally:
+        for p in procs:
+            p.stop()
+        web.shutdown()

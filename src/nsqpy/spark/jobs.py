@@ -45,14 +45,13 @@ from nsqpy.goflags import (
     FlagSet,
     HelpRequested,
     Kind,
-    NumError,
     OptionsError,
     format_duration,
-    parse_float,
 )
 from nsqpy.goflags import flag_nocfg as _f
 from nsqpy.protocol.names import is_valid_channel_name, is_valid_topic_name
 from nsqpy.spark.connopts import from_go_options
+from nsqpy.tools.jsonfilter import HTML_ESCAPES, go_json_string, require_number, whitelist_keys
 
 __all__ = [
     "AGGREGATE_RESERVED",
@@ -571,27 +570,9 @@ def _go_json_escape(text: Any) -> Any:
     """Go's encoding/json HTML-safe escapes on JSON text (these characters only occur in
     strings, so replacing them everywhere is safe)."""
     F = _F()
-    for ch, esc in (("<", "\\u003c"), (">", "\\u003e"), ("&", "\\u0026"),
-                    ("\u2028", "\\u2028"), ("\u2029", "\\u2029")):
+    for ch, esc in HTML_ESCAPES:
         text = F.replace(text, F.lit(ch), F.lit(esc))
     return text
-
-
-def _go_json_key(name: str) -> str:
-    """A JSON object key as Go's encoding/json writes it."""
-    out = json.dumps(name, ensure_ascii=False)
-    for ch, esc in (("<", "\\u003c"), (">", "\\u003e"), ("&", "\\u0026"),
-                    ("\u2028", "\\u2028"), ("\u2029", "\\u2029")):
-        out = out.replace(ch, esc)
-    return out
-
-
-def _go_parse_float(text: str) -> float | None:
-    """``strconv.ParseFloat(text, 64)`` or None when it fails."""
-    try:
-        return parse_float(text)
-    except NumError:
-        return None
 
 
 OUTCOME_PASS: Final = "pass"
@@ -635,18 +616,18 @@ def republish_frame(
             vtype = _variant_type(value)
             as_text = F.try_variant_get(value, "$", "string")
             match = (vtype == "STRING") & (as_text == F.lit(require_json_value))
-            number = _go_parse_float(require_json_value)
+            number = require_number(require_json_value)
             if number is not None and not math.isnan(number):
                 match = match | (
                     _is_number(vtype) & (F.try_variant_get(value, "$", "double") == F.lit(number))
                 )
             passes = passes & F.coalesce(match, F.lit(False))
     if whitelist_json_fields:
-        keys = sorted(set(whitelist_json_fields), key=lambda k: k.encode())
+        keys = whitelist_keys(whitelist_json_fields)
         parts = [
             F.when(
                 F.map_contains_key(m, F.lit(k)),
-                F.concat(F.lit(_go_json_key(k) + ":"), _go_json_escape(F.to_json(m[k]))),
+                F.concat(F.lit(go_json_string(k) + ":"), _go_json_escape(F.to_json(m[k]))),
             )
             for k in keys
         ]
