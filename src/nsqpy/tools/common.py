@@ -108,6 +108,19 @@ def client_config(app: str, options: Sequence[str], **overrides: Any) -> Connect
     return cfg
 
 
+def start(flags: FlagSet[T], argv: Sequence[str] | None, app: str) -> T | int:
+    """Every tool's first steps, as Go's: parse the command line, answer ``--version``, set up
+    the log. An int is the exit code to return at once."""
+    opts = parse_flags(flags, argv)
+    if isinstance(opts, int):
+        return opts
+    if getattr(opts, "version", False):
+        print(version_line(app))
+        return 0
+    setup_tool_logging()
+    return opts
+
+
 def setup_tool_logging() -> None:
     """Log to stderr as the Go tools' ``log`` package does (date and time, no prefix)."""
     setup_logging("", "info")

@@ -31,7 +31,7 @@ from nsqpy.nsqadmin.clusterinfo import ClusterInfo
 from nsqpy.nsqadmin.httpclient import Client
 from nsqpy.nsqadmin.types import ChannelStats
 
-from .common import STRING_ARRAY, fatal, parse_flags, run_main, setup_tool_logging, version_line
+from .common import STRING_ARRAY, fatal, run_main, start
 
 APP: Final = "nsq_stat"
 log = logging.getLogger(APP)
@@ -170,13 +170,9 @@ def _check_addrs(addrs: list[str]) -> str | None:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    opts = parse_flags(FLAGSET, argv)
+    opts = start(FLAGSET, argv, APP)
     if isinstance(opts, int):
         return opts
-    if opts.version:
-        print(version_line(APP))
-        return 0
-    setup_tool_logging()
     if not opts.topic or not opts.channel:
         return fatal("--topic and --channel are required")
     if opts.interval <= 0:

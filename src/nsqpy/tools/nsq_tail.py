@@ -32,10 +32,8 @@ from .common import (
     STRING_ARRAY,
     client_config,
     fatal,
-    parse_flags,
     run_main,
-    setup_tool_logging,
-    version_line,
+    start,
 )
 
 APP: Final = "nsq_tail"
@@ -199,13 +197,9 @@ async def run(opts: Options, cfg: ConnectionConfig, out: BinaryIO) -> int:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    opts = parse_flags(FLAGSET, argv)
+    opts = start(FLAGSET, argv, APP)
     if isinstance(opts, int):
         return opts
-    if opts.version:
-        print(version_line(APP))
-        return 0
-    setup_tool_logging()
     if not opts.channel:
         opts.channel = default_channel()
     if not opts.nsqd_tcp_address and not opts.lookupd_http_address:

@@ -44,9 +44,8 @@ from .common import (
     STRING_ARRAY,
     client_config,
     fatal,
-    parse_flags,
     run_main,
-    setup_tool_logging,
+    start,
     version_line,
 )
 from .hostpool import EPSILON_GREEDY, HOSTPOOL, ROUND_ROBIN, Selector, new_selector
@@ -263,13 +262,9 @@ async def run(opts: Options, cfg: ConnectionConfig, method: str, addresses: list
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    opts = parse_flags(FLAGSET, argv)
+    opts = start(FLAGSET, argv, APP)
     if isinstance(opts, int):
         return opts
-    if opts.version:
-        print(version_line(APP))
-        return 0
-    setup_tool_logging()
     headers: dict[str, str] = {}
     if opts.header:
         try:

@@ -47,10 +47,8 @@ from .common import (
     STRING_ARRAY,
     client_config,
     fatal,
-    parse_flags,
     run_main,
-    setup_tool_logging,
-    version_line,
+    start,
 )
 from .hostpool import EPSILON_GREEDY, HOSTPOOL, ROUND_ROBIN, HostPoolResponse, RoundRobin, new_selector
 from .jsonfilter import DROP, INVALID, JSONFilter
@@ -399,13 +397,9 @@ async def run(opts: Options, ccfg: ConnectionConfig, pcfg: ConnectionConfig) -> 
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    opts = parse_flags(FLAGSET, argv)
+    opts = start(FLAGSET, argv, APP)
     if isinstance(opts, int):
         return opts
-    if opts.version:
-        print(version_line(APP))
-        return 0
-    setup_tool_logging()
     if not opts.topic or not opts.channel:
         return fatal("--topic and --channel are required")
     if not all(is_valid_topic_name(t) for t in opts.topic):

@@ -34,10 +34,8 @@ from .common import (
     client_config,
     fatal,
     first_of,
-    parse_flags,
     run_main,
-    setup_tool_logging,
-    version_line,
+    start,
 )
 
 APP: Final = "to_nsq"
@@ -354,13 +352,9 @@ async def run(opts: Options, cfg: ConnectionConfig, delim: bytes) -> int:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    opts = parse_flags(FLAGSET, argv)
+    opts = start(FLAGSET, argv, APP)
     if isinstance(opts, int):
         return opts
-    if opts.version:
-        print(version_line(APP))
-        return 0
-    setup_tool_logging()
     if not opts.topic:
         return fatal("--topic required")
     delim = os.fsencode(opts.delimiter)
