@@ -14,6 +14,7 @@ a throwaway CA-signed certificate, made in the temp dir by bench/certs.py).
 from __future__ import annotations
 
 import argparse
+import http.client
 import json
 import os
 import secrets
@@ -80,6 +81,9 @@ def build_args(argv: list[str] | None = None) -> argparse.Namespace:
     lat.add_argument("--latency-runfor", type=nb.parse_duration, default=None,
                      help="default: --runfor")
     lat.add_argument("--latency-size", type=int, default=None, help="default: --size")
+    lat.add_argument("--latency-buffering", choices=("off", "default"), default="off",
+                     help="the latency consumer's output buffering: off (IDENTIFY -1, every "
+                          "message flushed at once) or nsqd's default (16 KiB / 250 ms)")
     up = p.add_argument_group("connection upgrades (every tool connection)")
     up.add_argument("--tls", action="store_true",
                     help="TLS: start nsqd with a throwaway CA-signed certificate "
@@ -181,6 +185,18 @@ def proc_peak_rss_mb(pid: int) -> float | None:
     return None
 
 
+def http_ping(host: str, port: int, timeout: float = 2.0) -> bool:
+    """GET /ping answered 200."""
+    conn = http.client.HTTPConnection(host, port, timeout=timeout)
+    try:
+        conn.request("GET", "/ping")
+        return conn.getresponse().status == 200
+    except (OSError, http.client.HTTPException):
+        return False
+    finally:
+        conn.close()
+
+
 class Daemon:
     """An nsqd child process on free loopback ports, logging to a file."""
 
@@ -196,6 +212,9 @@ class Daemon:
         self.peak_rss: float | None = None
         self.tls_dir = workdir / "tls"
         self.tls_ca = ""
+        #: connect to the HTTP listener too when waiting for the start-up (our nsqd then
+        #: loads its HTTP server: a bench of the idle daemon's memory leaves it alone)
+        self.probe_http = True
 
     def start(self) -> None:
         cmd = [
@@ -227,15 +246,20 @@ class Daemon:
             cmd, stdin=subprocess.DEVNULL, stdout=self.log, stderr=subprocess.STDOUT
         )
         deadline = time.monotonic() + self.args.startup_timeout
-        # both listeners up means startup work is over, so it does not count against phase one
-        for addr in (self.tcp, self.http):
+        # both listeners up means startup work is over, so it does not count against phase
+        # one; the HTTP one must answer /ping (our nsqd starts its HTTP server with the first
+        # connection: that start is start-up work too)
+        for addr in (self.tcp, self.http) if self.probe_http else (self.tcp,):
             host, port = nb.parse_addr(addr)
             while True:
                 if self.proc.poll() is not None:
                     code = self.proc.returncode
                     raise RuntimeError(f"nsqd exited during startup with code {code}")
                 try:
-                    with socket.create_connection((host, port), timeout=0.5):
+                    if addr == self.tcp:
+                        with socket.create_connection((host, port), timeout=0.5):
+                            break
+                    elif http_ping(host, port):
                         break
                 except OSError:
                     pass
@@ -462,6 +486,8 @@ class Runner:
         argv = [f"--nsqd-tcp-address={self.tcp}", f"--topic={topic}", f"--rate={a.latency_rate}",
                 f"--runfor={a.latency_runfor}", f"--size={a.latency_size}",
                 *self.upgrade_argv()]
+        if a.latency_buffering == "default":
+            argv += ["--output-buffer-size=0", "--output-buffer-timeout=0"]
         cpu0 = self.cpu()
         rc, d = finish_tool("bench_latency", start_tool("bench_latency", argv),
                             a.latency_runfor + 120)
@@ -511,7 +537,8 @@ def print_summary(
     for r in runner.rows:
         if r["test"] != "LAT":
             continue
-        print(f"latency     {r.get('rate') or 0:g} msgs/s: n={r['msgs']} "
+        print(f"latency     {r.get('rate') or 0:g} msgs/s (buffering {args.latency_buffering}): "
+              f"n={r['msgs']} "
               f"p50={fmt(r.get('p50_ms'), '.3f')}ms "
               f"p90={fmt(r.get('p90_ms'), '.3f')}ms p99={fmt(r.get('p99_ms'), '.3f')}ms "
               f"p99.9={fmt(r.get('p999_ms'), '.3f')}ms max={fmt(r.get('max_ms'), '.3f')}ms"

@@ -196,3 +196,25 @@ async def test_depth_is_memory_plus_backend(nsqd):
     ch = nsqd.get_topic("t").get_channel("c")
     publish(nsqd, "t", [b"%d" % i for i in range(250)])
     assert len(ch.queue) == 100 and ch.backend_depth == 150 and ch.depth == 250
+
+
+async def test_the_scan_times_out_one_busy_consumer_among_idle_ones(nsqd):
+    """The periodic scan looks only at consumers the pump sent to: thousands of idle ones
+    cost it nothing, and a busy one's messages still time out."""
+    ch = nsqd.get_topic("t").get_channel("c")
+    idle = [FakeConsumer(rdy=0) for _ in range(50)]
+    for c in idle:
+        ch.add_client(c)
+    busy = FakeConsumer(rdy=5, msg_timeout=30.0)
+    ch.add_client(busy)
+    publish(nsqd, "t", [b"a", b"b"])
+    await wait_for(lambda: len(busy.received) == 2)
+    assert ch.timed == {busy.id}
+    ch.scan(nsqd.loop.time())  # nothing due yet
+    assert ch.timeout_count == 0 and ch.timed == {busy.id}
+    ch.scan(nsqd.loop.time() + 31)
+    assert ch.timeout_count == 2 and busy.timed_out == 2 and not ch.in_flight
+    await wait_for(lambda: len(busy.received) == 4)  # redelivered
+    assert all(c.id not in ch.timed for c in idle)
+    ch.remove_client(busy)
+    assert busy.id not in ch.timed

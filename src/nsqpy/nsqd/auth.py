@@ -17,15 +17,14 @@ topic and channel regexes match (Go's unanchored ``MatchString``, here ``re.sear
 from __future__ import annotations
 
 import json
-import random
 import re
 import ssl
 import time
-import urllib.parse
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import aiohttp
+if TYPE_CHECKING:
+    import aiohttp
 
 from ..goflags import go_quote
 
@@ -133,6 +132,8 @@ class AuthClient:
         request_timeout: float = 5.0,
         root_ca_file: str = "",
     ) -> None:
+        import aiohttp  # only with --auth-http-address: an nsqd without AUTH never loads it
+
         self.addresses = list(addresses)
         self.method = method
         self._timeout = aiohttp.ClientTimeout(total=request_timeout, connect=connect_timeout)
@@ -154,6 +155,8 @@ class AuthClient:
         self, remote_ip: str, tls: bool, common_name: str, secret: str
     ) -> AuthState:
         """Go's ``QueryAnyAuthd``: the servers in random order, the first answer wins."""
+        import random
+
         addrs = self.addresses
         start = random.randrange(len(addrs))
         errors: list[str] = []
@@ -174,6 +177,10 @@ class AuthClient:
             "secret": secret,
             "tls": "true" if tls else "false",
         }
+        import urllib.parse
+
+        import aiohttp
+
         base = addr if "://" in addr else f"http://{addr}/auth"
         if self._session is None:
             self._session = aiohttp.ClientSession(timeout=self._timeout)

@@ -15,6 +15,7 @@ import heapq
 import itertools
 import json
 import logging
+import operator
 import os
 import time
 from collections import deque
@@ -23,6 +24,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 from ..protocol.frames import MESSAGE_BODY_OFFSET as BODY_AT
 from ..protocol.frames import MESSAGE_FIELDS, encode_message
 from ..protocol.frames import MESSAGE_ID_OFFSET as ID_AT
+from .._speedups import compiled
 from ..protocol.names import is_ephemeral
 from .backend import BackendQueue, Queued
 from .diskqueue import DiskQueueError, DiskQueueWriteError
@@ -35,9 +37,14 @@ if TYPE_CHECKING:
     from .nsqd import NSQD
     from .topic import Topic
 
+if compiled:
+    from .._speedups._hot import decode_records as _c_decode_records
+    from .._speedups._hot import encode_messages as _c_encode_messages
+
 log = logging.getLogger("nsqd")
 
 _seq = itertools.count()
+_defer_of = operator.attrgetter("defer")
 
 #: Suffix of the file that keeps deferred messages' due times across a clean restart (NSQ
 #: itself loses them, nsqio/nsq#1107). The messages themselves are in the DiskQueue, so the
@@ -45,7 +52,7 @@ _seq = itertools.count()
 DEFERRED_SUFFIX = ".diskqueue.deferred.json"
 
 
-def encode_messages(msgs: list[Message]) -> list[bytes]:
+def encode_messages_py(msgs: list[Message]) -> list[bytes]:
     """Messages as DiskQueue records (``[ts][attempts][id][body]``)."""
     return [encode_message(m.timestamp, m.attempts, m.id, m.body) for m in msgs]
 
@@ -53,7 +60,7 @@ def encode_messages(msgs: list[Message]) -> list[bytes]:
 _unpack_head = MESSAGE_FIELDS.unpack_from
 
 
-def decode_records(records: list[bytes], where: str) -> list[Message]:
+def decode_records_py(records: list[bytes], where: str) -> list[Message]:
     """DiskQueue records back to messages (a record too short to hold a header is skipped)."""
     out: list[Message] = []
     append = out.append
@@ -64,6 +71,23 @@ def decode_records(records: list[bytes], where: str) -> list[Message]:
         ts, attempts = _unpack_head(r, 0)
         append(Message(r[ID_AT:BODY_AT], r[BODY_AT:], ts, attempts))
     return out
+
+
+if compiled:
+
+    def encode_messages(msgs: list[Message]) -> list[bytes]:
+        """:func:`encode_messages_py`, compiled."""
+        out = _c_encode_messages(msgs)
+        return out if out is not None else encode_messages_py(msgs)
+
+    def decode_records(records: list[bytes], where: str) -> list[Message]:
+        """:func:`decode_records_py`, compiled."""
+        out = _c_decode_records(records)
+        return out if out is not None else decode_records_py(records, where)
+
+else:
+    encode_messages = encode_messages_py
+    decode_records = decode_records_py
 
 
 class Consumer(Protocol):
@@ -96,6 +120,7 @@ class Channel(Queued):
         "queue",
         "in_flight",
         "timers",
+        "timed",
         "deferred",
         "clients",
         "paused",
@@ -119,6 +144,9 @@ class Channel(Queued):
         self.in_flight: dict[bytes, Message] = {}
         #: each consumer's in-flight deadlines, by client id
         self.timers: dict[int, InFlightTimers] = {}
+        #: ids of the clients whose timers may hold entries (the scan looks at those only:
+        #: thousands of idle consumers cost it nothing): added as the pump sends to them
+        self.timed: set[int] = set()
         self.deferred: list[tuple[float, int, Message]] = []
         self.clients: dict[int, Consumer] = {}
         self.paused = False
@@ -159,7 +187,7 @@ class Channel(Queued):
         the leading messages this channel kept (in memory or on disk) all the same.
         """
         total = len(msgs)
-        if any(m.defer for m in msgs):
+        if any(map(_defer_of, msgs)):
             now_msgs = []
             for m in msgs:
                 if m.defer:
@@ -252,11 +280,13 @@ class Channel(Queued):
             start = self._rr % n
             self._rr += 1
             ready = ready[start:] + ready[:start]
+        timed = self.timed
         while q and ready:
             share = -(-len(q) // len(ready))
             still = []
             for c in ready:
                 c.send_messages(self, share)
+                timed.add(c.id)  # it may have deadlines now: the scan looks at it
                 if not q:
                     break
                 if c.can_receive():
@@ -305,6 +335,12 @@ class Channel(Queued):
             self.schedule_pump()
         return None
 
+    def finished_many(self) -> None:
+        """Messages were FINished straight from the in-flight index (the protocol's run of
+        FINs, taken only while ``e2e`` is None): what :meth:`finish` does besides, once."""
+        if not self._pump_scheduled:
+            self.schedule_pump()
+
     def all_finished(self, client: Consumer) -> None:
         """Nothing is in flight to ``client`` any more: its deadline entries are all stale
         (dropping them now spares the periodic scan from popping them one by one)."""
@@ -345,6 +381,7 @@ class Channel(Queued):
         if deadline > cap:
             deadline = cap
         self.timers[client.id].track(msg, deadline)
+        self.timed.add(client.id)
         return None
 
     # --- periodic work ----------------------------------------------------------------------
@@ -352,13 +389,22 @@ class Channel(Queued):
     def scan(self, now: float) -> None:
         """Requeue timed-out in-flight messages and release due deferred ones."""
         in_flight = self.in_flight
-        for client in list(self.clients.values()):
-            for msg in self.timers[client.id].expired(now, client, in_flight):
+        timed = self.timed
+        clients = self.clients
+        for cid in list(timed):
+            client = clients.get(cid)
+            t = self.timers.get(cid)
+            if client is None or t is None:
+                timed.discard(cid)
+                continue
+            for msg in t.expired(now, client, in_flight):
                 del self.in_flight[msg.id]
                 msg.client = None
                 self.timeout_count += 1
                 client.timed_out_message()
                 self.queue.append(msg)
+            if not t:
+                timed.discard(cid)
         d = self.deferred
         while d and d[0][0] <= now:
             self.queue.append(heapq.heappop(d)[2])
@@ -378,6 +424,7 @@ class Channel(Queued):
         """Drop a client; its in-flight messages go straight back to the queue."""
         if self.clients.pop(client.id, None) is None:
             return
+        self.timed.discard(client.id)
         for msg in self.timers.pop(client.id).owned(client):
             if self.in_flight.get(msg.id) is msg:
                 del self.in_flight[msg.id]

@@ -12,10 +12,11 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import random
 import time
+from collections import deque
 from typing import TYPE_CHECKING, Any
 
+from .._speedups import compiled
 from ..protocol.errors import ProtocolError
 from ..protocol.frames import (
     FRAME_TYPE_MESSAGE,
@@ -32,7 +33,11 @@ if TYPE_CHECKING:
     from ..transport import Stack
     from .auth import AuthState
     from .channel import Channel
+    from .message import Message
     from .nsqd import NSQD
+
+if compiled:
+    from .._speedups._hot import send_batch as _c_send_batch
 
 log = logging.getLogger("nsqd")
 
@@ -46,6 +51,50 @@ DEFAULT_BUFFER_SIZE = 16 * 1024
 
 _MSG_HEAD = MESSAGE_FRAME_PREFIX.pack
 _INFINITE = float("inf")
+
+
+def send_batch_py(
+    q: deque[Message],
+    n: int,
+    owner: ClientV2,
+    in_flight: dict[bytes, Message],
+    entries: deque[tuple[float, Message]],
+    deadline: float,
+    now: float,
+    out: list[bytes],
+    sample: int = 0,
+) -> tuple[int, int]:
+    """Put up to ``n`` messages of the channel queue ``q`` in flight to ``owner`` (attempts,
+    client, deadline, the in-flight index, the deadline ``entries``) and their frames on
+    ``out``; with ``sample`` (1-99) each is skipped unless ``randrange(100) <= sample``.
+    Returns (messages sent, frame bytes)."""
+    popleft = q.popleft
+    entry_append = entries.append
+    append = out.append
+    head = _MSG_HEAD
+    hsize = MESSAGE_HEADER_SIZE
+    mtype = FRAME_TYPE_MESSAGE
+    sent = 0
+    nbytes = 0
+    if sample:
+        from random import randrange
+    while sent < n and q:
+        msg = popleft()
+        if sample and randrange(100) > sample:
+            continue
+        msg.attempts += 1
+        msg.client = owner
+        msg.deadline = deadline
+        msg.delivery_ts = now
+        in_flight[msg.id] = msg
+        entry_append((deadline, msg))
+        body = msg.body
+        append(head(hsize + len(body), mtype, msg.timestamp, msg.attempts))
+        append(msg.id)
+        append(body)
+        nbytes += _FRAME_OVERHEAD + len(body)
+        sent += 1
+    return sent, nbytes
 
 
 def parse_base10(b: bytes) -> int | None:
@@ -299,36 +348,28 @@ class ClientV2(asyncio.Protocol):
             n = cap
         if n <= 0:
             return
-        q = channel.queue
-        popleft = q.popleft
-        in_flight = channel.in_flight
         now = self.nsqd.loop.time()
         deadline = now + self.msg_timeout
-        entry_append = channel.timers[self.id].queue.append
-        out = self._out
-        append = out.append
-        head = _MSG_HEAD
-        hsize = MESSAGE_HEADER_SIZE
-        mtype = FRAME_TYPE_MESSAGE
-        sample = self.sample_rate
-        sent = 0
-        nbytes = 0
-        while sent < n and q:
-            msg = popleft()
-            if sample and random.randrange(100) > sample:
-                continue
-            msg.attempts += 1
-            msg.client = self
-            msg.deadline = deadline
-            msg.delivery_ts = now
-            in_flight[msg.id] = msg
-            entry_append((deadline, msg))
-            body = msg.body
-            append(head(hsize + len(body), mtype, msg.timestamp, msg.attempts))
-            append(msg.id)
-            append(body)
-            nbytes += _FRAME_OVERHEAD + len(body)
-            sent += 1
+        entries = channel.timers[self.id].queue
+        sent_bytes = None
+        if compiled:
+            if self.sample_rate:
+                from random import randrange
+
+                sent_bytes = _c_send_batch(
+                    channel.queue, n, self, channel.in_flight, entries, deadline, now,
+                    self._out, self.sample_rate, randrange,
+                )
+            else:
+                sent_bytes = _c_send_batch(
+                    channel.queue, n, self, channel.in_flight, entries, deadline, now, self._out
+                )
+        if sent_bytes is None:
+            sent_bytes = send_batch_py(
+                channel.queue, n, self, channel.in_flight, entries, deadline, now, self._out,
+                self.sample_rate,
+            )
+        sent, nbytes = sent_bytes
         self.in_flight_count += sent
         self.message_count += sent
         self._out_len += nbytes

@@ -36,9 +36,12 @@ import re
 import struct
 import threading
 import time
+from bisect import bisect_right
 from collections.abc import Callable, Sequence
+from itertools import accumulate, chain
 from typing import NoReturn, Protocol
 
+from .._speedups import compiled
 from .fileio import fsync_dir, path_error, remove_quietly, temp_name, write_synced
 
 __all__ = [
@@ -54,6 +57,46 @@ _HDR = struct.Struct(">i")
 _pack_len = _HDR.pack
 _unpack_len = _HDR.unpack_from
 _pwrite = os.pwrite
+
+if compiled:
+    from .._speedups._hot import frame_records as _c_frame_records
+    from .._speedups._hot import split_records as _c_split_records
+
+
+def frame_records_py(records: list[bytes], start: int, stop: int) -> bytes:
+    """``records[start:stop]`` as one segment write: ``[int32 length][record]`` each."""
+    part = records[start:stop]
+    return b"".join(chain.from_iterable(zip(map(_pack_len, map(len, part)), part, strict=True)))
+
+
+def split_records_py(
+    buf: bytes, off: int, pos: int, limit: int, want: int, mn: int, mx: int, out: list[bytes]
+) -> tuple[int, int, int, int, int | None]:
+    """Append to ``out`` up to ``want`` records of ``buf`` from ``off`` (file position
+    ``pos``), not past the file position ``limit``: (records, off, pos after them, bytes a
+    partial record needs in the buffer or 0, an invalid size met or None)."""
+    append = out.append
+    unpack = _unpack_len
+    blen = len(buf)
+    got = 0
+    while got < want and pos < limit:
+        if off + 4 > blen:
+            return got, off, pos, 4, None
+        n = unpack(buf, off)[0]
+        if n < mn or n > mx:
+            return got, off, pos, 0, n
+        end = off + 4 + n
+        if end > blen:
+            return got, off, pos, 4 + n, None
+        append(buf[off + 4 : end])
+        off = end
+        pos += 4 + n
+        got += 1
+    return got, off, pos, 0, None
+
+
+frame_records = _c_frame_records if compiled else frame_records_py
+split_records = _c_split_records if compiled else split_records_py
 
 #: Bytes read from a segment at a time (the most a queue's read buffer holds, beyond one
 #: record); the buffer is dropped whenever it is fully consumed.
@@ -302,42 +345,38 @@ class DiskQueue:
             return
         mn = self.min_msg_size
         mx = self.max_msg_size
-        if min(map(len, records)) < mn or max(map(len, records)) > mx:
-            bad = next(len(r) for r in records if len(r) < mn or len(r) > mx)
+        sizes = list(map(len, records))
+        if min(sizes) < mn or max(sizes) > mx:
+            bad = next(n for n in sizes if n < mn or n > mx)
             raise InvalidMessageSizeError(
                 "invalid message write size (%d) minMsgSize=%d maxMsgSize=%d" % (bad, mn, mx)
             )
+        if not isinstance(records, list):
+            records = list(records)
         limit = self.max_bytes_per_file
-        pack = _pack_len
-        start = pos = self.write_pos
-        parts: list[bytes] = []
-        append = parts.append
-        count = 0
-        done = 0
-        for r in records:
-            n = len(r)
-            if pos > 0 and pos + n + 4 > limit:
-                if count:
-                    self._write_batch(parts, count, start, done)
-                    done += count
-                self._roll()
-                start = pos = 0
-                parts = []
-                append = parts.append
-                count = 0
-            append(pack(n))
-            append(r)
-            pos += n + 4
-            count += 1
-        self._write_batch(parts, count, start, done)
+        # ends[k]: bytes records[:k] take in a segment; records[i:j] fit from write_pos
+        # while write_pos + ends[j] - ends[i] <= limit
+        ends = list(accumulate(map((4).__add__, sizes), initial=0))
+        total = len(records)
+        i = done = 0
+        while i < total:
+            pos = self.write_pos
+            j = bisect_right(ends, limit - pos + ends[i], i) - 1
+            if j <= i:
+                if pos > 0:  # the next record would take the segment past the limit
+                    self._roll()
+                    continue
+                j = i + 1  # an empty segment takes a record of any size
+            self._write_batch(frame_records(records, i, j), j - i, pos, done)
+            done += j - i
+            i = j
         if self._events is not None:
             self._events.wrote(self)
 
-    def _write_batch(self, parts: list[bytes], count: int, start: int, done: int) -> None:
+    def _write_batch(self, buf: bytes, count: int, start: int, done: int) -> None:
         fd = self._wfd
         if fd is None:
             fd = self._open_write_file(done)
-        buf = b"".join(parts)
         self._pwrite(fd, buf, start, done)
         self.write_pos = start + len(buf)
         self.depth += count
@@ -470,8 +509,6 @@ class DiskQueue:
             return out
         mn = self.min_msg_size
         mx = self.max_msg_size
-        unpack = _unpack_len
-        append = out.append
         while len(out) < max_count:
             finished = self.read_file_num < self.write_file_num
             if not finished and self.read_pos >= self.write_pos:
@@ -497,25 +534,8 @@ class DiskQueue:
             pos = self.read_pos
             off = pos - self._rbuf_pos
             want = max_count - len(out)
-            got = 0
-            need = 0
-            bad: str | None = None
-            while got < want and pos < limit:
-                if off + 4 > blen:
-                    need = 4
-                    break
-                n = unpack(buf, off)[0]
-                if n < mn or n > mx:
-                    bad = "invalid message read size (%d)" % n
-                    break
-                end = off + 4 + n
-                if end > blen:
-                    need = 4 + n
-                    break
-                append(buf[off + 4 : end])
-                off = end
-                pos += 4 + n
-                got += 1
+            got, off, pos, need, bad_size = split_records(buf, off, pos, limit, want, mn, mx, out)
+            bad = None if bad_size is None else "invalid message read size (%d)" % bad_size
             if got:
                 self.read_pos = pos
                 self.depth -= got

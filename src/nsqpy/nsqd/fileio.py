@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import errno
 import os
-import random
 
 
 def go_strerror(err: int | None, fallback: str = "") -> str:
@@ -84,7 +83,11 @@ def remove_quietly(path: str) -> None:
 
 def temp_name(path: str, suffix: str | None = None) -> str:
     """A temp file beside ``path`` (``<path>.<random>.tmp``), renamed over it once synced."""
-    return f"{path}.{suffix if suffix is not None else random.getrandbits(63)}.tmp"
+    if suffix is None:
+        import random  # here: an idle daemon does without the module
+
+        return f"{path}.{random.getrandbits(63)}.tmp"
+    return f"{path}.{suffix}.tmp"
 
 
 def write_file_atomic(path: str, data: bytes, tmp_suffix: str | None = None) -> None:

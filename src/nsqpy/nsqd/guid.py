@@ -27,26 +27,41 @@ class GUIDFactory:
         self._last_ts = 0
         self._seq = -1
 
-    def new_ids(self, count: int) -> list[bytes]:
-        """``count`` fresh ids, in increasing order."""
+    @property
+    def node(self) -> int:
+        """The node id, shifted to its place in an id."""
+        return self._node
+
+    def reserve(self, count: int) -> tuple[int, int]:
+        """Take ``count`` (> 0) ids at once: returns ``(ts, seq)``, from which
+        :func:`ids_from` makes them (the k-th is sequence number ``seq + k`` counted from
+        time unit ``ts``, the sequence carrying into the time unit)."""
         ts = time.time_ns() >> 20
         if ts <= self._last_ts:
             ts = self._last_ts
-            seq = self._seq
+            seq = self._seq + 1
         else:
-            seq = -1
-        node = self._node
-        out: list[bytes] = []
-        append = out.append
-        for _ in range(count):
-            seq += 1
-            if seq > SEQUENCE_MASK:
-                ts += 1
-                seq = 0
-            append(b"%016x" % (((ts - TWEPOCH) << 22) | node | seq))
-        self._last_ts = ts
-        self._seq = seq
-        return out
+            seq = 0
+        last = seq + count - 1
+        self._last_ts = ts + (last >> SEQUENCE_BITS)
+        self._seq = last & SEQUENCE_MASK
+        return ts, seq
+
+    def new_ids(self, count: int) -> list[bytes]:
+        """``count`` fresh ids, in increasing order."""
+        if count <= 0:
+            return []
+        ts, seq = self.reserve(count)
+        return ids_from(ts, seq, count, self._node)
 
     def new_id(self) -> bytes:
         return self.new_ids(1)[0]
+
+
+def ids_from(ts: int, seq: int, count: int, node: int, twepoch: int = TWEPOCH) -> list[bytes]:
+    """The ``count`` ids reserved as ``(ts, seq)`` by :meth:`GUIDFactory.reserve` on node
+    ``node`` (shifted: :attr:`GUIDFactory.node`)."""
+    return [
+        b"%016x" % (((ts + (s >> SEQUENCE_BITS) - twepoch) << 22) | node | (s & SEQUENCE_MASK))
+        for s in range(seq, seq + count)
+    ]

@@ -14,8 +14,13 @@ from collections import deque
 from heapq import heappop, heappush
 from typing import TYPE_CHECKING, Any
 
+from .._speedups import compiled
+
 if TYPE_CHECKING:
     from .message import Message
+
+if compiled:
+    from .._speedups._hot import expire_front as _c_expire_front
 
 #: Stale entries tolerated beyond twice the live ones before the deque is compacted.
 COMPACT_SLACK = 1024
@@ -41,16 +46,8 @@ class InFlightTimers:
     def expired(self, now: float, owner: Any, in_flight: dict[bytes, Message]) -> list[Message]:
         """The messages in flight to ``owner`` whose deadline has passed (``in_flight``: the
         channel's index, to tell live entries from stale ones)."""
-        out: list[Message] = []
         q = self.queue
-        while q:
-            deadline, msg = q[0]
-            live = msg.client is owner and msg.deadline == deadline
-            if live and deadline > now:
-                break
-            q.popleft()
-            if live and in_flight.get(msg.id) is msg:
-                out.append(msg)
+        out = expire_front(q, now, owner, in_flight)
         if len(q) > 2 * owner.in_flight_count + COMPACT_SLACK:
             self.queue = deque(e for e in q if e[1].client is owner and e[1].deadline == e[0])
         h = self.heap
@@ -78,3 +75,25 @@ class InFlightTimers:
 
     def __len__(self) -> int:
         return len(self.queue) + len(self.heap)
+
+
+def expire_front_py(
+    q: deque[tuple[float, Message]], now: float, owner: Any, in_flight: dict[bytes, Message]
+) -> list[Message]:
+    """Pop the entries at the front of ``q`` that are stale (no longer in flight to
+    ``owner`` with that deadline) or due (deadline <= ``now``); returns the due messages
+    still in ``in_flight``. Stops at the first live entry not yet due."""
+    out: list[Message] = []
+    while q:
+        deadline, msg = q[0]
+        live = msg.client is owner and msg.deadline == deadline
+        if live and deadline > now:
+            break
+        q.popleft()
+        if live and in_flight.get(msg.id) is msg:
+            out.append(msg)
+    return out
+
+
+#: :func:`expire_front_py`, compiled when available
+expire_front = _c_expire_front if compiled else expire_front_py

@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import TYPE_CHECKING
+
+from .._speedups import compiled
+from .guid import ids_from
 
 if TYPE_CHECKING:
     from .client_v2 import ClientV2
@@ -35,3 +39,42 @@ class Message:
     def __repr__(self) -> str:  # pragma: no cover - debugging aid
         return f"Message({self.id!r}, attempts={self.attempts}, body={self.body[:32]!r})"
 
+
+def new_messages_py(
+    bodies: list[bytes], ts: int, seq: int, node: int, twepoch: int, timestamp: int, defer: float
+) -> list[Message]:
+    """A message per body, published at ``timestamp`` (ns), with the ids reserved as
+    ``(ts, seq)`` by :meth:`~nsqpy.nsqd.guid.GUIDFactory.reserve` on ``node``."""
+    ids = ids_from(ts, seq, len(bodies), node, twepoch)
+    msgs = [Message(i, b, timestamp) for i, b in zip(ids, bodies, strict=True)]
+    if defer:
+        for m in msgs:
+            m.defer = defer
+    return msgs
+
+
+def copy_messages_py(msgs: list[Message]) -> list[Message]:
+    """Every message's :meth:`~Message.copy` (a topic's messages, for another channel)."""
+    return [m.copy() for m in msgs]
+
+
+copy_messages: Callable[[list[Message]], list[Message]]
+
+if compiled:
+    from .._speedups import _hot
+
+    # the compiled functions build and fill this class's instances through its slots
+    _hot.set_message_type(Message)
+    copy_messages = _hot.copy_messages
+
+    def new_messages(
+        bodies: list[bytes], ts: int, seq: int, node: int, twepoch: int, timestamp: int, defer: float
+    ) -> list[Message]:
+        """:func:`new_messages_py`, compiled."""
+        msgs = _hot.new_messages(bodies, ts, seq, node, twepoch, timestamp, defer)
+        if msgs is None:  # an id the C code does not make (a clock before the epoch)
+            return new_messages_py(bodies, ts, seq, node, twepoch, timestamp, defer)
+        return msgs
+else:
+    copy_messages = copy_messages_py
+    new_messages = new_messages_py

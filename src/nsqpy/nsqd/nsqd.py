@@ -11,22 +11,23 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
+import importlib
 import itertools
 import logging
 import os
 import socket
 import ssl
+import sys
+import threading
 import time
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import aiohttp
-
+from .. import _speedups
 from ..daemon import bound_port
 from ..daemon import listen_socket as _listen_socket
 from ..protocol.address import format_address
 from ..protocol.frames import MESSAGE_HEADER_SIZE
 from ..protocol.names import is_ephemeral, is_valid_topic_name
-from ..transport import TransportError, server_tls_context
 from .auth import AuthClient
 from .backend import BackendQueue, NullBackend
 from .diskqueue import DiskQueue
@@ -35,10 +36,14 @@ from .lookup import LookupPeers, register, unregister
 from .fileio import write_file_atomic
 from .metadata import DataPathLock, encode_metadata, metadata_path, read_metadata
 from .options import Options
+from .stats import install_gc_tracker
 from .client_v2 import ClientV2
 from .protocol_v2 import ProtocolV2
 from .syncer import Syncer
 from .topic import Topic
+
+if TYPE_CHECKING:
+    import aiohttp
 
 #: A stored message's bytes beyond its body: timestamp, attempts and id.
 MESSAGE_OVERHEAD = MESSAGE_HEADER_SIZE - 4
@@ -54,12 +59,93 @@ def https_context(opts: Options) -> ssl.SSLContext:
     --tls-client-auth-policy a client certificate is required and verified against
     --tls-root-ca-file: the stdlib cannot accept an unverified one as Go's ``require`` does
     (the TCP upgrade does, through pyOpenSSL)."""
+    from ..transport import server_tls_context
+
     policy = "require-verify" if opts.tls_client_auth_policy else ""
     ctx = server_tls_context(
         opts.tls_cert, opts.tls_key, policy, opts.tls_root_ca_file, opts.tls_min_version.lower()
     )
     assert isinstance(ctx, ssl.SSLContext)
     return ctx
+
+
+_http_import_lock = threading.Lock()
+
+
+def _import_http_module() -> Any:
+    """Import ``nsqpy.nsqd.http`` (in a worker thread). Meanwhile the interpreter switches
+    threads every 0.5 ms instead of 5, so the event loop waits at most that long for the
+    GIL: the import (~0.2 s of CPU) delays message delivery by no more."""
+    with _http_import_lock:
+        interval = sys.getswitchinterval()
+        sys.setswitchinterval(min(interval, 0.0005))
+        try:
+            return importlib.import_module("nsqpy.nsqd.http")
+        finally:
+            sys.setswitchinterval(interval)
+
+
+async def _import_http(loop: asyncio.AbstractEventLoop) -> Any:
+    mod = sys.modules.get("nsqpy.nsqd.http")
+    if mod is not None:
+        return mod
+    return await loop.run_in_executor(None, _import_http_module)
+
+
+class LazyHTTP:
+    """An HTTP(S) listener whose server starts with its first connection.
+
+    The socket listens from the start (so its address is known and connections queue in
+    its backlog); the HTTP server, aiohttp and the API's modules (~15 MiB of an idle
+    daemon's memory) are imported only when a client connects, in a worker thread so the
+    event loop keeps serving TCP clients meanwhile.
+    """
+
+    def __init__(
+        self, nsqd: NSQD, sock: socket.socket, ssl_context: ssl.SSLContext | None = None
+    ) -> None:
+        self.nsqd = nsqd
+        self.sock = sock
+        self.ssl_context = ssl_context
+        self.runner: Any = None
+        self._task: asyncio.Task[None] | None = None
+        self._armed = False
+
+    def arm(self) -> None:
+        self.nsqd.loop.add_reader(self.sock.fileno(), self._wake)
+        self._armed = True
+
+    def _disarm(self) -> None:
+        if self._armed:
+            self._armed = False
+            self.nsqd.loop.remove_reader(self.sock.fileno())
+
+    def _wake(self) -> None:
+        self._disarm()
+        if self._task is None:
+            self._task = self.nsqd.loop.create_task(self.start())
+
+    async def start(self) -> None:
+        """Start the server now (idempotent)."""
+        self._disarm()
+        if self.runner is not None:
+            return
+        try:
+            http = await _import_http(self.nsqd.loop)
+            self.runner = await http.start_http(self.nsqd, self.sock, self.ssl_context)
+        except Exception as e:
+            log.error("HTTP: failed to start the server on %s - %s", self.sock.getsockname(), e)
+            raise
+
+    async def close(self) -> None:
+        self._disarm()
+        if self._task is not None:
+            with contextlib.suppress(Exception):
+                await self._task
+        if self.runner is not None:
+            await self.runner.cleanup()
+        else:
+            self.sock.close()
 
 
 class ShutdownError(RuntimeError):
@@ -100,10 +186,10 @@ class NSQD:
         self._client_ids = itertools.count(1)
         self._loop: asyncio.AbstractEventLoop | None = None
         self._tcp_server: asyncio.AbstractServer | None = None
-        self._http_runner: Any = None
+        self._http_listener: LazyHTTP | None = None
         #: for nsqd's own HTTP requests (channels from nsqlookupd), made when first needed
         self._http_session: aiohttp.ClientSession | None = None
-        self._https_runner: Any = None
+        self._https_listener: LazyHTTP | None = None
         self._https_sock: socket.socket | None = None
         #: the TCP TLS upgrade's server context (None without --tls-cert/--tls-key)
         self.tls_context: Any = None
@@ -139,7 +225,12 @@ class NSQD:
     async def start(self) -> None:
         self._loop = asyncio.get_running_loop()
         opts = self.options
+        log.info("NSQ: per-message hot paths %s", _speedups.describe())
+        # GC pauses count from the start, whenever /stats is first asked for
+        install_gc_tracker()
         if opts.tls_cert or opts.tls_key:
+            from ..transport import TransportError, server_tls_context
+
             try:
                 self.tls_context = server_tls_context(
                     opts.tls_cert,
@@ -184,18 +275,16 @@ class NSQD:
         )
         self.tcp_address = self._bound(self._tcp_sock)
         log.info("TCP: listening on %s", self._fmt(self.tcp_address))
-        from .http import start_http
-
         if self.tls_context is not None and opts.https_address:
             self._https_sock = _listen_socket(opts.https_address)
-            self._https_runner = await start_http(
-                self, self._https_sock, https_context(opts)
-            )
+            self._https_listener = LazyHTTP(self, self._https_sock, https_context(opts))
+            self._https_listener.arm()
             self.https_address = self._bound(self._https_sock)
             log.info("HTTPS: listening on %s", self._fmt(self.https_address))
         if opts.http_address:
             self._http_sock = _listen_socket(opts.http_address)
-            self._http_runner = await start_http(self, self._http_sock)
+            self._http_listener = LazyHTTP(self, self._http_sock)
+            self._http_listener.arm()
             self.http_address = self._bound(self._http_sock)
             log.info("HTTP: listening on %s", self._fmt(self.http_address))
         self._scan_task = loop.create_task(self._queue_scan_loop())
@@ -267,10 +356,10 @@ class NSQD:
                 await self._scan_task
         if self._statsd is not None:
             await self._statsd.stop()
-        if self._http_runner is not None:
-            await self._http_runner.cleanup()
-        if self._https_runner is not None:
-            await self._https_runner.cleanup()
+        if self._http_listener is not None:
+            await self._http_listener.close()
+        if self._https_listener is not None:
+            await self._https_listener.close()
         if self.auth_client is not None:
             await self.auth_client.close()
         if self._http_session is not None:
@@ -371,6 +460,8 @@ class NSQD:
     async def _precreate_channels(self, topic: Topic) -> None:
         """Create the topic's channels known to nsqlookupd (``/channels?topic=``), then let
         its messages flow; a lookupd that fails is logged and skipped, as Go does."""
+        import aiohttp
+
         try:
             addrs = self.lookup_peers.http_addresses()
             if not addrs:
@@ -401,6 +492,8 @@ class NSQD:
                 topic.flow()
 
     async def _lookupd_channels(self, addr: str, topic: str) -> list[str]:
+        import aiohttp
+
         opts = self.options
         if self._http_session is None:
             self._http_session = aiohttp.ClientSession(

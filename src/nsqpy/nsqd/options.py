@@ -10,13 +10,17 @@ nanoseconds, enums as Go ints).
 
 from __future__ import annotations
 
-import hashlib
 import json
 import socket
 import zlib
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Final
+
+try:  # CPython's own MD5: hashlib's would load OpenSSL's hash module (~0.7 MiB) for one digest
+    from _md5 import md5 as _md5  # type: ignore[import-not-found,unused-ignore]
+except ImportError:  # pragma: no cover - a Python built without it
+    from hashlib import md5 as _md5
 
 from nsqpy.goflags import (
     BOOL,
@@ -126,7 +130,7 @@ TLS_MIN_VERSION: Final = Kind(
 def default_node_id(hostname: str | None = None) -> int:
     """Go's default ``--node-id``: CRC-32 (IEEE) of the MD5 digest of the hostname, mod 1024."""
     host = socket.gethostname() if hostname is None else hostname
-    return zlib.crc32(hashlib.md5(host.encode(), usedforsecurity=False).digest()) % 1024
+    return zlib.crc32(_md5(host.encode(), usedforsecurity=False).digest()) % 1024
 
 
 # --------------------------------------------------------------------------------------------

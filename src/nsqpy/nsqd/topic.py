@@ -19,7 +19,8 @@ from ..protocol.names import is_ephemeral
 from .backend import BackendQueue, Queued
 from .channel import Channel, decode_records, encode_messages
 from .diskqueue import DiskQueueError, DiskQueueWriteError
-from .message import Message
+from .guid import TWEPOCH
+from .message import Message, copy_messages, new_messages
 from .quantile import aggregate_result
 
 if TYPE_CHECKING:
@@ -91,12 +92,9 @@ class Topic(Queued):
         if not n:
             return
         nsqd = self.nsqd
-        ids = nsqd.guid.new_ids(n)
-        ts = nsqd.now_ns()
-        msgs = [Message(i, b, ts) for i, b in zip(ids, bodies, strict=True)]
-        if defer:
-            for m in msgs:
-                m.defer = defer
+        guid = nsqd.guid
+        ts, seq = guid.reserve(n)
+        msgs = new_messages(bodies, ts, seq, guid.node, TWEPOCH, nsqd.now_ns(), defer)
         self.message_bytes += sum(map(len, bodies))
         if self.paused or self.starting or not self.channels:
             self._hold(msgs)
@@ -130,7 +128,7 @@ class Topic(Queued):
             if not part:
                 continue
             if not first:
-                part = [m.copy() for m in part]
+                part = copy_messages(part)
             first = False
             try:
                 ch.put_messages(part)
@@ -158,7 +156,7 @@ class Topic(Queued):
         stays in its memory (it was only in memory before)."""
         first = True
         for ch in list(self.channels.values()):
-            part = msgs if first else [m.copy() for m in msgs]
+            part = msgs if first else copy_messages(msgs)
             first = False
             try:
                 ch.put_messages(part)

@@ -12,7 +12,14 @@ import struct
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
+from .._speedups import compiled
 from .errors import ProtocolError
+from .frames import MSG_ID_LENGTH
+
+if compiled:
+    from .._speedups._hot import decode_mpub as _c_decode_mpub
+    from .._speedups._hot import fin_run as _c_fin_run
+    from .._speedups._hot import parse_line as _c_parse_line
 
 #: Commands followed by a ``[size][body]``.
 BODY_COMMANDS = frozenset({b"IDENTIFY", b"AUTH", b"PUB", b"MPUB", b"DPUB"})
@@ -80,14 +87,23 @@ class CommandParser:
         pos = self._pos
         name = self._pending_name
         if name is None:
-            nl = buf.find(b"\n", pos)
-            if nl < 0:
-                if len(buf) - pos > MAX_LINE_LENGTH:
-                    raise LineTooLong()
-                return None
-            end = nl - 1 if nl > pos and buf[nl - 1] == 13 else nl
-            params = bytes(buf[pos:end]).split(b" ")
-            self._pos = pos = nl + 1
+            if compiled:
+                line = _c_parse_line(buf, pos)
+                if line is None:
+                    if len(buf) - pos > MAX_LINE_LENGTH:
+                        raise LineTooLong()
+                    return None
+                params, pos = line
+            else:
+                nl = buf.find(b"\n", pos)
+                if nl < 0:
+                    if len(buf) - pos > MAX_LINE_LENGTH:
+                        raise LineTooLong()
+                    return None
+                end = nl - 1 if nl > pos and buf[nl - 1] == 13 else nl
+                params = bytes(buf[pos:end]).split(b" ")
+                pos = nl + 1
+            self._pos = pos
             name = params[0]
             if name not in BODY_COMMANDS:
                 return name, params, None
@@ -117,9 +133,63 @@ class CommandParser:
         self._pending_size = -1
         return name, params, body
 
+    def apply_fins(self, in_flight: dict[bytes, Any], owner: object) -> int:
+        """Consume the run of ``FIN <id>`` commands at the head of the buffer whose message
+        is in ``in_flight`` with ``client`` ``owner`` (nsqd's hot consumer path): each is
+        removed from ``in_flight`` and its ``client`` cleared. Stops before anything else (a
+        FIN that fails, another form or command: :meth:`next` takes it). Returns how many."""
+        if self._pending_name is not None:
+            return 0
+        n, self._pos = fin_run(self._buf, self._pos, in_flight, owner)
+        return n
+
+
+def fin_run_py(
+    buf: bytearray, pos: int, in_flight: dict[bytes, Any], owner: object
+) -> tuple[int, int]:
+    """The reference of :meth:`CommandParser.apply_fins` on ``buf`` from ``pos``: (FINs
+    applied, position after them). A line qualifies when the parser would read it as
+    ``[b"FIN", id]`` with a 16-byte id whose message is in flight to ``owner``."""
+    last = buf.rfind(b"\n")
+    if last < pos:
+        return 0, pos
+    n = 0
+    get = in_flight.get
+    for raw in bytes(buf[pos:last]).split(b"\n"):
+        line = raw[:-1] if raw[-1:] == b"\r" else raw
+        if len(line) != _FIN_LINE or not line.startswith(b"FIN "):
+            break
+        msg_id = line[4:]
+        if b" " in msg_id:
+            break
+        msg = get(msg_id)
+        if msg is None or msg.client is not owner:
+            break
+        del in_flight[msg_id]
+        msg.client = None
+        n += 1
+        pos += len(raw) + 1
+    return n, pos
+
+
+_FIN_LINE = 4 + MSG_ID_LENGTH
+
+
+#: :func:`fin_run_py`, compiled when available
+fin_run = _c_fin_run if compiled else fin_run_py
+
 
 def decode_mpub(body: bytes, max_msg_size: int, max_body_size: int) -> list[bytes]:
     """Split an MPUB body ``[int32 num]([int32 size][bytes])*`` with NSQ's checks and errors."""
+    if compiled:
+        out = _c_decode_mpub(body, max_msg_size, max_body_size)
+        if out is not None:
+            return out
+    return decode_mpub_py(body, max_msg_size, max_body_size)
+
+
+def decode_mpub_py(body: bytes, max_msg_size: int, max_body_size: int) -> list[bytes]:
+    """The reference of :func:`decode_mpub` (the compiled one returns None where this raises)."""
     blen = len(body)
     if blen < 4:
         raise ProtocolError("E_BAD_BODY", "MPUB failed to read message count")
