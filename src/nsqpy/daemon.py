@@ -68,6 +68,11 @@ def setup_logging(prefix: str, level: str) -> None:
 #: a daemon's listen address: (host, port), or a unix socket path
 split_address = split_listen_address
 
+#: every listener's accept queue: asyncio's create_server and aiohttp's SockSite listen()
+#: again with their own default (100, 128) unless given this, and a burst of connects
+#: beyond the queue waits for a SYN retransmit (1 s and more)
+LISTEN_BACKLOG = 1024
+
 
 def listen_socket(addr: str) -> socket.socket:
     """A listening socket for ``host:port`` (port 0 picks one) or a unix socket path."""
@@ -77,11 +82,13 @@ def listen_socket(addr: str) -> socket.socket:
             os.unlink(target)
         sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         sock.bind(target)
-        sock.listen(1024)
+        sock.listen(LISTEN_BACKLOG)
         return sock
     host, port = target
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
-    return socket.create_server((host or "0.0.0.0", port), family=family, backlog=1024, reuse_port=False)
+    return socket.create_server(
+        (host or "0.0.0.0", port), family=family, backlog=LISTEN_BACKLOG, reuse_port=False
+    )
 
 
 def bound_address(sock: socket.socket) -> Address:

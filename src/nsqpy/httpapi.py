@@ -30,6 +30,7 @@ from urllib.parse import unquote_to_bytes
 
 from aiohttp import web
 
+from .daemon import LISTEN_BACKLOG
 from .goflags import format_duration_ns
 from .protocol.names import is_valid_channel_name, is_valid_topic_name
 
@@ -424,5 +425,5 @@ async def serve(
     app.router.add_route("*", "/{tail:.*}", dispatch, expect_handler=expect_handler)
     runner = web.AppRunner(app, access_log=None, shutdown_timeout=2.0)
     await runner.setup()
-    await web.SockSite(runner, sock, ssl_context=ssl_context).start()
+    await web.SockSite(runner, sock, ssl_context=ssl_context, backlog=LISTEN_BACKLOG).start()
     return runner

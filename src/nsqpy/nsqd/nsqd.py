@@ -23,7 +23,7 @@ import time
 from typing import TYPE_CHECKING, Any
 
 from .. import _speedups
-from ..daemon import bound_port
+from ..daemon import LISTEN_BACKLOG, bound_port
 from ..daemon import listen_socket as _listen_socket
 from ..protocol.address import format_address
 from ..protocol.frames import MESSAGE_HEADER_SIZE
@@ -271,7 +271,7 @@ class NSQD:
         loop = self.loop
         self._tcp_sock = _listen_socket(opts.tcp_address)
         self._tcp_server = await loop.create_server(
-            lambda: ProtocolV2(self), sock=self._tcp_sock
+            lambda: ProtocolV2(self), sock=self._tcp_sock, backlog=LISTEN_BACKLOG
         )
         self.tcp_address = self._bound(self._tcp_sock)
         log.info("TCP: listening on %s", self._fmt(self.tcp_address))

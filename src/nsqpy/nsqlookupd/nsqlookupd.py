@@ -18,7 +18,7 @@ import socket
 import time
 from typing import Any
 
-from ..daemon import Address, address_str, bound_address, bound_port, listen_socket
+from ..daemon import LISTEN_BACKLOG, Address, address_str, bound_address, bound_port, listen_socket
 from .lookup_protocol_v1 import LookupProtocolV1
 from .options import Options
 from .registration_db import RegistrationDB
@@ -73,7 +73,7 @@ class NSQLookupd:
             self.tcp_address = bound_address(tcp_sock)
             self.http_address = bound_address(http_sock)
             self._tcp_server = await loop.create_server(
-                lambda: LookupProtocolV1(self), sock=tcp_sock
+                lambda: LookupProtocolV1(self), sock=tcp_sock, backlog=LISTEN_BACKLOG
             )
             log.info("TCP: listening on %s", self.tcp_addr_str)
             self._http_runner = await start_http(self, http_sock)
