@@ -5,6 +5,7 @@
 from __future__ import annotations
 
 import asyncio
+import itertools
 import re
 import socket
 import time
@@ -19,8 +20,14 @@ pytestmark = pytest.mark.timeout(60)
 
 LINE = re.compile(r"^(?P<key>[^:]+):(?P<value>-?\d+)\|(?P<type>[cg])$")
 MEM_GAUGES = [
-    "heap_objects", "heap_idle_bytes", "heap_in_use_bytes", "heap_released_bytes",
-    "gc_pause_usec_100", "gc_pause_usec_99", "gc_pause_usec_95", "next_gc_bytes",
+    "heap_objects",
+    "heap_idle_bytes",
+    "heap_in_use_bytes",
+    "heap_released_bytes",
+    "gc_pause_usec_100",
+    "gc_pause_usec_99",
+    "gc_pause_usec_95",
+    "next_gc_bytes",
 ]
 
 
@@ -125,17 +132,39 @@ async def test_pushes_go_metric_names_types_and_values(nsqd_statsd, statsd):
     assert gauges[prefix + "mem.heap_in_use_bytes"] > 0
     assert types[prefix + "mem.gc_runs"] == "c"
     # exactly Go's key set, nothing else
-    topic_keys = {"message_count", "message_bytes", "depth", "backend_depth",
-                  "e2e_processing_latency_99", "e2e_processing_latency_50"}
-    channel_keys = {"message_count", "depth", "backend_depth", "in_flight_count",
-                    "deferred_count", "requeue_count", "timeout_count", "clients",
-                    "e2e_processing_latency_99", "e2e_processing_latency_50"}
-    expected = ({t + k for k in topic_keys} | {c + k for k in channel_keys}
-                | {prefix + "mem." + k for k in [*MEM_GAUGES, "gc_runs"]})
+    topic_keys = {
+        "message_count",
+        "message_bytes",
+        "depth",
+        "backend_depth",
+        "e2e_processing_latency_99",
+        "e2e_processing_latency_50",
+    }
+    channel_keys = {
+        "message_count",
+        "depth",
+        "backend_depth",
+        "in_flight_count",
+        "deferred_count",
+        "requeue_count",
+        "timeout_count",
+        "clients",
+        "e2e_processing_latency_99",
+        "e2e_processing_latency_50",
+    }
+    expected = (
+        {t + k for k in topic_keys}
+        | {c + k for k in channel_keys}
+        | {prefix + "mem." + k for k in [*MEM_GAUGES, "gc_runs"]}
+    )
     assert set(types) == expected
     assert {k for k, v in types.items() if v == "c"} == {
-        t + "message_count", t + "message_bytes", c + "message_count", c + "requeue_count",
-        c + "timeout_count", prefix + "mem.gc_runs",
+        t + "message_count",
+        t + "message_bytes",
+        c + "message_count",
+        c + "requeue_count",
+        c + "timeout_count",
+        prefix + "mem.gc_runs",
     }
     # datagrams: whole lines, at most --statsd-udp-packet-size bytes
     for _, packet in statsd.packets:
@@ -145,7 +174,7 @@ async def test_pushes_go_metric_names_types_and_values(nsqd_statsd, statsd):
     # one push per interval: a push starts with the topic's message_count line
     await wait_for(lambda: len(push_times(statsd, t)) >= 3, timeout=10)
     times = push_times(statsd, t)
-    gaps = [b - a for a, b in zip(times, times[1:], strict=False)]
+    gaps = [b - a for a, b in itertools.pairwise(times)]
     assert all(0.5 < g < 2.5 for g in gaps), gaps
     await consumer.close()
     await producer.close()
@@ -153,8 +182,7 @@ async def test_pushes_go_metric_names_types_and_values(nsqd_statsd, statsd):
 
 def push_times(statsd: Statsd, topic_prefix: str) -> list[float]:
     return [
-        at for at, packet in statsd.packets
-        if packet.startswith((topic_prefix + "message_count:").encode())
+        at for at, packet in statsd.packets if packet.startswith((topic_prefix + "message_count:").encode())
     ]
 
 
@@ -172,23 +200,37 @@ def nsqd_statsd_quiet(tmp_path, statsd):
 
 async def test_prefix_mem_stats_off_and_ephemeral_excluded(nsqd_statsd_quiet, statsd):
     p = nsqd_statsd_quiet
-    for path in ("/topic/create?topic=x", "/channel/create?topic=x&channel=d",
-                 "/channel/create?topic=x&channel=e%23ephemeral",
-                 "/topic/create?topic=y%23ephemeral"):
+    for path in (
+        "/topic/create?topic=x",
+        "/channel/create?topic=x&channel=d",
+        "/channel/create?topic=x&channel=e%23ephemeral",
+        "/topic/create?topic=y%23ephemeral",
+    ):
         assert p.http_post(path)[0] == 200
     assert p.http_post("/pub?topic=x", b"hello")[0] == 200
 
     def pushed():
-        sums, _, _ = statsd.totals()
-        return sums.get("custom.stats.topic.x.channel.d.message_count") == 1
+        # a push is several UDP packets: wait for its first stat counted and its last one seen
+        sums, _, types = statsd.totals()
+        return (
+            sums.get("custom.stats.topic.x.channel.d.message_count") == 1
+            and "custom.stats.topic.x.channel.d.clients" in types
+        )
 
     await wait_for(pushed, timeout=10)
     _, _, types = statsd.totals()
     assert set(types) == {
-        "custom.stats.topic.x." + k
-        for k in ("message_count", "message_bytes", "depth", "backend_depth")
+        "custom.stats.topic.x." + k for k in ("message_count", "message_bytes", "depth", "backend_depth")
     } | {
         "custom.stats.topic.x.channel.d." + k
-        for k in ("message_count", "depth", "backend_depth", "in_flight_count",
-                  "deferred_count", "requeue_count", "timeout_count", "clients")
+        for k in (
+            "message_count",
+            "depth",
+            "backend_depth",
+            "in_flight_count",
+            "deferred_count",
+            "requeue_count",
+            "timeout_count",
+            "clients",
+        )
     }
