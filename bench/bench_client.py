@@ -50,40 +50,73 @@ TOOL = "bench_client"
 def build_args(argv: list[str] | None = None) -> argparse.Namespace:
     p = argparse.ArgumentParser(prog=TOOL, description=__doc__.splitlines()[0])
     d = p.add_argument_group("daemon")
-    d.add_argument("--nsqd-tcp-address", default="",
-                   help="use a running nsqd (default: start one on free ports)")
-    d.add_argument("--nsqd-http-address", default="",
-                   help="with --nsqd-tcp-address: its HTTP address, to check the channel after")
+    d.add_argument(
+        "--nsqd-tcp-address", default="", help="use a running nsqd (default: start one on free ports)"
+    )
+    d.add_argument(
+        "--nsqd-http-address",
+        default="",
+        help="with --nsqd-tcp-address: its HTTP address, to check the channel after",
+    )
     d.add_argument("--nsqd-bin", default=None, help="nsqd executable (default: the venv's nsqd)")
-    d.add_argument("--mem-queue-size", type=int, default=1_000_000,
-                   help="nsqd --mem-queue-size when started here (big: messages stay in memory)")
-    d.add_argument("--disk", action="store_true",
-                   help="--mem-queue-size=0: every message goes through the disk queue")
+    d.add_argument(
+        "--mem-queue-size",
+        type=int,
+        default=1_000_000,
+        help="nsqd --mem-queue-size when started here (big: messages stay in memory)",
+    )
+    d.add_argument(
+        "--disk", action="store_true", help="--mem-queue-size=0: every message goes through the disk queue"
+    )
     d.add_argument("--data-path", default=None, help="nsqd --data-path (default: a temp dir)")
-    d.add_argument("--nsqd-arg", action="append", default=[], metavar="ARG",
-                   help="extra argument for nsqd (repeatable)")
+    d.add_argument(
+        "--nsqd-arg", action="append", default=[], metavar="ARG", help="extra argument for nsqd (repeatable)"
+    )
     d.add_argument("--startup-timeout", type=nb.parse_duration, default=20.0)
     d.add_argument("--stop-timeout", type=nb.parse_duration, default=30.0)
     w = p.add_argument_group("load")
     w.add_argument("--topic", default="client_bench")
     w.add_argument("--channel", default="ch")
-    w.add_argument("--runfor", type=nb.parse_duration, default=10.0,
-                   help="publish for this long (the consumer then reads everything back)")
-    w.add_argument("--count", type=int, default=0,
-                   help="publish this many messages instead (rounded up to whole batches)")
+    w.add_argument(
+        "--runfor",
+        type=nb.parse_duration,
+        default=10.0,
+        help="publish for this long (the consumer then reads everything back)",
+    )
+    w.add_argument(
+        "--count",
+        type=int,
+        default=0,
+        help="publish this many messages instead (rounded up to whole batches)",
+    )
     w.add_argument("--size", type=int, default=100, help="message body size (bytes)")
     w.add_argument("--batch-size", type=int, default=200, help="messages per MPUB")
-    w.add_argument("--pipeline", type=int, default=4,
-                   help="concurrent publishing tasks (MPUBs in flight on the connection)")
+    w.add_argument(
+        "--pipeline",
+        type=int,
+        default=4,
+        help="concurrent publishing tasks (MPUBs in flight on the connection)",
+    )
     w.add_argument("--max-in-flight", type=int, default=2500, help="consumer max_in_flight")
-    w.add_argument("--style", choices=("iter", "run"), default="iter",
-                   help="consume with `async for` (iter) or Consumer.run(handler) (run)")
-    w.add_argument("--concurrency", type=int, default=0,
-                   help="with --style run: handler concurrency (0: the library's default)")
-    w.add_argument("--reader-runfor", type=nb.parse_duration, default=120.0,
-                   help="cap on the consume phase")
-    w.add_argument("--idle-timeout", type=nb.parse_duration, default=5.0,
-                   help="fail the consume phase after this long without a message")
+    w.add_argument(
+        "--style",
+        choices=("iter", "run"),
+        default="iter",
+        help="consume with `async for` (iter) or Consumer.run(handler) (run)",
+    )
+    w.add_argument(
+        "--concurrency",
+        type=int,
+        default=0,
+        help="with --style run: handler concurrency (0: the library's default)",
+    )
+    w.add_argument("--reader-runfor", type=nb.parse_duration, default=120.0, help="cap on the consume phase")
+    w.add_argument(
+        "--idle-timeout",
+        type=nb.parse_duration,
+        default=5.0,
+        help="fail the consume phase after this long without a message",
+    )
     nb.add_upgrade_args(p)
     p.add_argument("--no-uvloop", action="store_true", help="use the default asyncio loop")
     p.add_argument("--smoke", action="store_true", help="tiny fast run (for CI)")
@@ -136,8 +169,7 @@ def check_negotiated(args: argparse.Namespace, conn: Connection, phase: str) -> 
     return negotiated(conn)
 
 
-async def publish(args: argparse.Namespace, tcp: str, topic: str,
-                  cfg: ConnectionConfig) -> dict[str, Any]:
+async def publish(args: argparse.Namespace, tcp: str, topic: str, cfg: ConnectionConfig) -> dict[str, Any]:
     """--pipeline tasks each awaiting publish_many in a loop, until --runfor or --count."""
     batch = [b"\x00" * args.size] * args.batch_size
     batches = -(-args.count // args.batch_size) if args.count else 0
@@ -168,15 +200,21 @@ async def publish(args: argparse.Namespace, tcp: str, topic: str,
         await asyncio.gather(*(worker() for _ in range(args.pipeline)))
         t1 = time.monotonic_ns()
         cpu1 = os.times()
-    return {"msgs": done * args.batch_size, "ns": t1 - t0, **cpu_used(cpu0, cpu1),
-            "negotiated": upgrade}
+    return {"msgs": done * args.batch_size, "ns": t1 - t0, **cpu_used(cpu0, cpu1), "negotiated": upgrade}
 
 
-async def consume(args: argparse.Namespace, tcp: str, topic: str, expected: int,
-                  cfg: ConnectionConfig) -> dict[str, Any]:
+async def consume(
+    args: argparse.Namespace, tcp: str, topic: str, expected: int, cfg: ConnectionConfig
+) -> dict[str, Any]:
     """Read back ``expected`` messages, FIN each; time from start to the last one."""
-    consumer = Consumer(topic, args.channel, nsqd_tcp_addresses=tcp,
-                        max_in_flight=args.max_in_flight, drain_timeout=10.0, config=cfg)
+    consumer = Consumer(
+        topic,
+        args.channel,
+        nsqd_tcp_addresses=tcp,
+        max_in_flight=args.max_in_flight,
+        drain_timeout=10.0,
+        config=cfg,
+    )
     got = 0
     done = asyncio.Event()
     last = time.monotonic()
@@ -231,9 +269,15 @@ async def consume(args: argparse.Namespace, tcp: str, topic: str, expected: int,
     for t in (work, dog):
         t.cancel()
     await asyncio.gather(work, dog, return_exceptions=True)
-    return {"msgs": got, "ns": t1 - t0, **cpu_used(cpu0, cpu1), "stop": reason,
-            "finished": stats.messages_finished, "requeued": stats.messages_requeued,
-            "negotiated": upgrade}
+    return {
+        "msgs": got,
+        "ns": t1 - t0,
+        **cpu_used(cpu0, cpu1),
+        "stop": reason,
+        "finished": stats.messages_finished,
+        "requeued": stats.messages_requeued,
+        "negotiated": upgrade,
+    }
 
 
 def cpu_used(t0: os.times_result, t1: os.times_result) -> dict[str, float]:
@@ -266,20 +310,30 @@ def result(test: str, duration_ns: int, msgs: int, size: int) -> None:
 def row(test: str, res: dict[str, Any], size: int, nsqd_cpu_s: float | None) -> dict[str, Any]:
     secs = res["ns"] / 1e9 if res["ns"] > 0 else 0.0
     msgs = res["msgs"]
-    out = {"test": test, "msgs": msgs, "duration_s": secs,
-           "ops_per_s": msgs / secs if secs else 0.0,
-           "mb_per_s": msgs * size / secs / 1024 / 1024 if secs else 0.0,
-           "client_cpu": (res["client_user_s"] + res["client_sys_s"]) / secs if secs else None,
-           # CPU per message is what the library costs, however busy the machine was
-           "client_us_per_msg": (res["client_user_s"] + res["client_sys_s"]) * 1e6 / msgs
-           if msgs else None,
-           "nsqd_cpu": nsqd_cpu_s / secs if secs and nsqd_cpu_s is not None else None}
+    out = {
+        "test": test,
+        "msgs": msgs,
+        "duration_s": secs,
+        "ops_per_s": msgs / secs if secs else 0.0,
+        "mb_per_s": msgs * size / secs / 1024 / 1024 if secs else 0.0,
+        "client_cpu": (res["client_user_s"] + res["client_sys_s"]) / secs if secs else None,
+        # CPU per message is what the library costs, however busy the machine was
+        "client_us_per_msg": (res["client_user_s"] + res["client_sys_s"]) * 1e6 / msgs if msgs else None,
+        "nsqd_cpu": nsqd_cpu_s / secs if secs and nsqd_cpu_s is not None else None,
+    }
     out.update({k: v for k, v in res.items() if k not in ("msgs", "ns")})
     return out
 
 
-async def bench(args: argparse.Namespace, tcp: str, http: str, pid: int | None,
-                topic: str, failures: list[str], cfg: ConnectionConfig) -> list[dict[str, Any]]:
+async def bench(
+    args: argparse.Namespace,
+    tcp: str,
+    http: str,
+    pid: int | None,
+    topic: str,
+    failures: list[str],
+    cfg: ConnectionConfig,
+) -> list[dict[str, Any]]:
     def cpu() -> float | None:
         return proc_cpu_seconds(pid) if pid else None
 
@@ -308,8 +362,7 @@ async def bench(args: argparse.Namespace, tcp: str, http: str, pid: int | None,
             failures.append("SUB: channel missing from nsqd stats")
         elif st["depth"] or st["in_flight_count"] or st["requeue_count"] or st["timeout_count"]:
             keys = ("depth", "in_flight_count", "requeue_count", "timeout_count")
-            failures.append("SUB: channel not cleanly FINed: "
-                            + ", ".join(f"{k}={st[k]}" for k in keys))
+            failures.append("SUB: channel not cleanly FINed: " + ", ".join(f"{k}={st[k]}" for k in keys))
     return rows
 
 
@@ -317,25 +370,34 @@ def fmt(v: float | None, spec: str) -> str:
     return "-" if v is None else format(v, spec)
 
 
-def print_summary(args: argparse.Namespace, target: str, loop_name: str,
-                  rows: list[dict[str, Any]], failures: list[str]) -> None:
+def print_summary(
+    args: argparse.Namespace, target: str, loop_name: str, rows: list[dict[str, Any]], failures: list[str]
+) -> None:
     print()
     print(f"== nsqpy client bench: {target} (client loop: {loop_name})")
-    print(f"   size={args.size}B batch={args.batch_size} pipeline={args.pipeline} "
-          f"max_in_flight={args.max_in_flight} style={args.style}"
-          f"{'' if args.nsqd_tcp_address else f' mem-queue-size={args.mem_queue_size}'}"
-          f"{' (smoke)' if args.smoke else ''}")
+    print(
+        f"   size={args.size}B batch={args.batch_size} pipeline={args.pipeline} "
+        f"max_in_flight={args.max_in_flight} style={args.style}"
+        f"{'' if args.nsqd_tcp_address else f' mem-queue-size={args.mem_queue_size}'}"
+        f"{' (smoke)' if args.smoke else ''}"
+    )
     if nb.upgrade_wanted(args):
         got = sorted({r.get("negotiated", "?") for r in rows})
         print(f"   upgrade={nb.upgrade_name(args)}, negotiated: {' / '.join(got) or '-'}")
-    print(f"{'test':<4} {'msgs':>10} {'msgs/s':>12} {'MB/s':>9} {'secs':>7} "
-          f"{'client cpu':>10} {'us/msg':>7} {'nsqd cpu':>9}")
+    print(
+        f"{'test':<4} {'msgs':>10} {'msgs/s':>12} {'MB/s':>9} {'secs':>7} "
+        f"{'client cpu':>10} {'us/msg':>7} {'nsqd cpu':>9}"
+    )
     for r in rows:
+
         def pct(v: float | None) -> str:
             return "-" if v is None else f"{v * 100:.0f}%"
-        print(f"{r['test']:<4} {r['msgs']:>10} {r['ops_per_s']:>12.1f} {r['mb_per_s']:>9.3f} "
-              f"{r['duration_s']:>7.2f} {pct(r['client_cpu']):>10} "
-              f"{fmt(r['client_us_per_msg'], '.2f'):>7} {pct(r['nsqd_cpu']):>9}")
+
+        print(
+            f"{r['test']:<4} {r['msgs']:>10} {r['ops_per_s']:>12.1f} {r['mb_per_s']:>9.3f} "
+            f"{r['duration_s']:>7.2f} {pct(r['client_cpu']):>10} "
+            f"{fmt(r['client_us_per_msg'], '.2f'):>7} {pct(r['nsqd_cpu']):>9}"
+        )
     for f in failures:
         print(f"FAILED: {f}")
     print("RESULT: " + ("FAIL" if failures else "OK"), flush=True)
@@ -374,20 +436,29 @@ def main(argv: list[str] | None = None) -> int:
             print(f"# nsqd pid {pid} tcp {tcp} http {http} data {daemon.data}", flush=True)
         cfg = client_config(args, daemon.tls_ca if daemon is not None else "")
         rows = asyncio.run(bench(args, tcp, http, pid, topic, failures, cfg))
-    except Exception as exc:  # noqa: BLE001 - report, clean up, exit non-zero
+    except Exception as exc:
         failures.append(f"{type(exc).__name__}: {exc}")
         target = args.nsqd_tcp_address or str(args.nsqd_bin)
     finally:
-        if daemon is not None:
-            if not daemon.stop():
-                failures.append(f"nsqd shutdown: {daemon.exit_note}")
-                print(daemon.log_tail(), file=sys.stderr)
+        if daemon is not None and not daemon.stop():
+            failures.append(f"nsqd shutdown: {daemon.exit_note}")
+            print(daemon.log_tail(), file=sys.stderr)
         shutil.rmtree(workdir, ignore_errors=True)
     print_summary(args, target, loop_name, rows, failures)
     if args.json:
-        print(json.dumps({"tool": TOOL, "target": target, "loop": loop_name, "rows": rows,
-                          "upgrade": nb.upgrade_name(args), "failures": failures,
-                          "pid": os.getpid()}))
+        print(
+            json.dumps(
+                {
+                    "tool": TOOL,
+                    "target": target,
+                    "loop": loop_name,
+                    "rows": rows,
+                    "upgrade": nb.upgrade_name(args),
+                    "failures": failures,
+                    "pid": os.getpid(),
+                }
+            )
+        )
     return 1 if failures else 0
 
 

@@ -73,8 +73,12 @@ async def run(args: argparse.Namespace, address: str) -> float:
 def start_nsqd(args: argparse.Namespace, data: str) -> tuple[subprocess.Popen[bytes], str]:
     nsqd = shutil.which("nsqd", path=os.path.dirname(sys.executable)) or "nsqd"
     cmd = [
-        nsqd, "--tcp-address=127.0.0.1:0", "--http-address=", f"--data-path={data}",
-        f"--mem-queue-size={args.mem_queue_size}", f"--sync-every={args.sync_every}",
+        nsqd,
+        "--tcp-address=127.0.0.1:0",
+        "--http-address=",
+        f"--data-path={data}",
+        f"--mem-queue-size={args.mem_queue_size}",
+        f"--sync-every={args.sync_every}",
     ]
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
     assert proc.stdout is not None

@@ -26,7 +26,7 @@ from collections import deque
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-import nsqbench as nb  # noqa: E402
+import nsqbench as nb
 
 TOOL = "bench_latency"
 _Q = struct.Struct(">q")
@@ -35,23 +35,37 @@ _Q = struct.Struct(">q")
 def build_args(argv: list[str] | None = None) -> argparse.Namespace:
     p = argparse.ArgumentParser(prog=TOOL, description=__doc__.splitlines()[0])
     p.add_argument("--runfor", type=nb.parse_duration, default=10.0, help="publishing time (10s)")
-    p.add_argument("--nsqd-tcp-address", default="127.0.0.1:4150",
-                   help="<addr>:<port> to connect to nsqd")
+    p.add_argument("--nsqd-tcp-address", default="127.0.0.1:4150", help="<addr>:<port> to connect to nsqd")
     p.add_argument("--topic", default="latency_bench", help="topic")
     p.add_argument("--channel", default="ch", help="channel")
     p.add_argument("--rate", type=float, default=10000.0, help="messages per second to publish")
     p.add_argument("--size", type=int, default=100, help="message size in bytes (>= 8)")
-    p.add_argument("--max-batch", type=int, default=50,
-                   help="largest MPUB when the publisher is behind")
+    p.add_argument("--max-batch", type=int, default=50, help="largest MPUB when the publisher is behind")
     p.add_argument("--rdy", type=int, default=2500, help="consumer RDY count")
-    p.add_argument("--output-buffer-size", type=int, default=-1,
-                   help="consumer IDENTIFY output_buffer_size (-1: no buffering)")
-    p.add_argument("--output-buffer-timeout", type=int, default=-1,
-                   help="consumer IDENTIFY output_buffer_timeout ms (-1: disabled)")
-    p.add_argument("--warmup", type=nb.parse_duration, default=0.0,
-                   help="ignore messages sent during the first part of the run")
-    p.add_argument("--grace", type=nb.parse_duration, default=5.0,
-                   help="how long to wait for outstanding messages after publishing stops")
+    p.add_argument(
+        "--output-buffer-size",
+        type=int,
+        default=-1,
+        help="consumer IDENTIFY output_buffer_size (-1: no buffering)",
+    )
+    p.add_argument(
+        "--output-buffer-timeout",
+        type=int,
+        default=-1,
+        help="consumer IDENTIFY output_buffer_timeout ms (-1: disabled)",
+    )
+    p.add_argument(
+        "--warmup",
+        type=nb.parse_duration,
+        default=0.0,
+        help="ignore messages sent during the first part of the run",
+    )
+    p.add_argument(
+        "--grace",
+        type=nb.parse_duration,
+        default=5.0,
+        help="how long to wait for outstanding messages after publishing stops",
+    )
     p.add_argument("--json", action="store_true", help="also print one JSON result line on stdout")
     nb.add_upgrade_args(p)
     args = p.parse_args(nb.go_flags(argv))
@@ -72,8 +86,7 @@ def publisher(args: argparse.Namespace, conn) -> None:
         sock = nb.connect(args.nsqd_tcp_address)
         reader = nb.FrameReader(sock)
         # the socket itself, or an nb.UpgradedConn with --tls/--snappy/--deflate
-        sock, _ = nb.identify_and_upgrade(
-            sock, reader, nb.client_fields("latency-writer"), args)
+        sock, _ = nb.identify_and_upgrade(sock, reader, nb.client_fields("latency-writer"), args)
         sock.settimeout(None)  # blocking sends; MSG_DONTWAIT for the non-blocking reads
     except Exception as exc:
         conn.send({"error": f"{type(exc).__name__}: {exc}"})
@@ -88,9 +101,7 @@ def publisher(args: argparse.Namespace, conn) -> None:
         sock.close()
 
 
-def _publish(
-    sock: socket.socket | nb.UpgradedConn, reader: nb.FrameReader, args: argparse.Namespace
-) -> dict:
+def _publish(sock: socket.socket | nb.UpgradedConn, reader: nb.FrameReader, args: argparse.Namespace) -> dict:
     topic = args.topic.encode()
     pub_head = b"PUB " + topic + b"\n" + struct.pack(">i", args.size)
     mpub_head = b"MPUB " + topic + b"\n"
@@ -161,9 +172,15 @@ def _publish(
     sock.settimeout(10.0)
     while pending:
         drain(True)
-    return {"sent": sent, "acked": acked, "pubs": pubs, "mpubs": mpubs,
-            "late_max_ms": late_max / 1e6, "publish_s": publish_s,
-            "cpu_s": time.process_time()}
+    return {
+        "sent": sent,
+        "acked": acked,
+        "pubs": pubs,
+        "mpubs": mpubs,
+        "late_max_ms": late_max / 1e6,
+        "publish_s": publish_s,
+        "cpu_s": time.process_time(),
+    }
 
 
 # ---------------------------------------------------------------- consumer (this process)
@@ -181,8 +198,11 @@ def run(args: argparse.Namespace) -> int:
     sock: socket.socket | nb.UpgradedConn = nb.connect(args.nsqd_tcp_address)
     reader = nb.FrameReader(sock)
     fields = nb.client_fields("latency-reader")
-    fields.update(feature_negotiation=True, output_buffer_size=args.output_buffer_size,
-                  output_buffer_timeout=args.output_buffer_timeout)
+    fields.update(
+        feature_negotiation=True,
+        output_buffer_size=args.output_buffer_size,
+        output_buffer_timeout=args.output_buffer_timeout,
+    )
     upgrade = ""
     try:
         # from here on sock is the socket itself, or an nb.UpgradedConn with the upgrade flags
@@ -314,16 +334,22 @@ def run(args: argparse.Namespace) -> int:
     }
     if upgrade:
         nb.log(TOOL, f"upgrade: {upgrade}")
-    nb.log(TOOL, f"rate: {args.rate:g}/s - count: {len(lat)} - p50: {res['p50_ms']:.3f}ms - "
-                 f"p90: {res['p90_ms']:.3f}ms - p99: {res['p99_ms']:.3f}ms - "
-                 f"p99.9: {res['p999_ms']:.3f}ms - max: {res['max_ms']:.3f}ms")
+    nb.log(
+        TOOL,
+        f"rate: {args.rate:g}/s - count: {len(lat)} - p50: {res['p50_ms']:.3f}ms - "
+        f"p90: {res['p90_ms']:.3f}ms - p99: {res['p99_ms']:.3f}ms - "
+        f"p99.9: {res['p999_ms']:.3f}ms - max: {res['max_ms']:.3f}ms",
+    )
     if pub:
         achieved = acked / pub["publish_s"] if pub.get("publish_s") else 0.0
-        nb.log(TOOL, f"published {acked} ({achieved:.0f}/s, {pub.get('pubs', 0)} PUB + "
-                     f"{pub.get('mpubs', 0)} MPUB, publisher max lateness "
-                     f"{pub.get('late_max_ms', 0):.3f}ms, publisher cpu "
-                     f"{pub.get('cpu_s', 0):.2f}s, consumer cpu {time.process_time():.2f}s), "
-                     f"received {received}")
+        nb.log(
+            TOOL,
+            f"published {acked} ({achieved:.0f}/s, {pub.get('pubs', 0)} PUB + "
+            f"{pub.get('mpubs', 0)} MPUB, publisher max lateness "
+            f"{pub.get('late_max_ms', 0):.3f}ms, publisher cpu "
+            f"{pub.get('cpu_s', 0):.2f}s, consumer cpu {time.process_time():.2f}s), "
+            f"received {received}",
+        )
     if res["missing"]:
         errors.append(f"{res['missing']} messages not received within --grace")
     for e in errors:

@@ -25,42 +25,51 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-import nsqbench as nb  # noqa: E402
+import nsqbench as nb
 
 TOOL = "bench_reader"
 
 
 def build_args(argv: list[str] | None = None) -> argparse.Namespace:
     p = argparse.ArgumentParser(prog=TOOL, description=__doc__.splitlines()[0])
-    p.add_argument("--runfor", type=nb.parse_duration, default=10.0,
-                   help="duration of time to run (10s)")
-    p.add_argument("--nsqd-tcp-address", default="127.0.0.1:4150",
-                   help="<addr>:<port> to connect to nsqd")
-    p.add_argument("--size", type=int, default=100,
-                   help="message size used for the mb/s figure (Go style)")
+    p.add_argument("--runfor", type=nb.parse_duration, default=10.0, help="duration of time to run (10s)")
+    p.add_argument("--nsqd-tcp-address", default="127.0.0.1:4150", help="<addr>:<port> to connect to nsqd")
+    p.add_argument("--size", type=int, default=100, help="message size used for the mb/s figure (Go style)")
     p.add_argument("--topic", default="sub_bench", help="topic to receive messages on")
     p.add_argument("--channel", default="ch", help="channel to receive messages on")
     p.add_argument("--rdy", type=int, default=2500, help="RDY count to use")
     p.add_argument("--procs", type=int, default=1, help="consumer processes (one connection each)")
-    p.add_argument("--count", type=int, default=0,
-                   help="stop once this many messages arrived in total (0: no limit)")
-    p.add_argument("--idle-timeout", type=nb.parse_duration, default=0.0,
-                   help="stop a connection after this long without messages (0: never)")
-    p.add_argument("--output-buffer-size", type=int, default=65536,
-                   help="IDENTIFY output_buffer_size")
-    p.add_argument("--output-buffer-timeout", type=int, default=250,
-                   help="IDENTIFY output_buffer_timeout (ms)")
-    p.add_argument("--msg-timeout", type=int, default=0,
-                   help="IDENTIFY msg_timeout (ms, 0: server default)")
-    p.add_argument("--heartbeat-interval", type=int, default=0,
-                   help="IDENTIFY heartbeat_interval (ms, 0: server default)")
+    p.add_argument(
+        "--count", type=int, default=0, help="stop once this many messages arrived in total (0: no limit)"
+    )
+    p.add_argument(
+        "--idle-timeout",
+        type=nb.parse_duration,
+        default=0.0,
+        help="stop a connection after this long without messages (0: never)",
+    )
+    p.add_argument("--output-buffer-size", type=int, default=65536, help="IDENTIFY output_buffer_size")
+    p.add_argument(
+        "--output-buffer-timeout", type=int, default=250, help="IDENTIFY output_buffer_timeout (ms)"
+    )
+    p.add_argument("--msg-timeout", type=int, default=0, help="IDENTIFY msg_timeout (ms, 0: server default)")
+    p.add_argument(
+        "--heartbeat-interval",
+        type=int,
+        default=0,
+        help="IDENTIFY heartbeat_interval (ms, 0: server default)",
+    )
     p.add_argument("--deadline", default="", help="'YYYY-MM-DD HH:MM:SS' (UTC) to start the run")
     p.add_argument("--json", action="store_true", help="also print one JSON result line on stdout")
-    p.add_argument("--parse-bench", action="store_true",
-                   help="measure the frame parser on a canned in-memory stream and exit")
+    p.add_argument(
+        "--parse-bench",
+        action="store_true",
+        help="measure the frame parser on a canned in-memory stream and exit",
+    )
     p.add_argument("--parse-msgs", type=int, default=2_000_000, help="messages for --parse-bench")
-    p.add_argument("--parse-chunk", type=int, default=65536,
-                   help="bytes per simulated recv for --parse-bench")
+    p.add_argument(
+        "--parse-chunk", type=int, default=65536, help="bytes per simulated recv for --parse-bench"
+    )
     nb.add_upgrade_args(p)
     args = p.parse_args(nb.go_flags(argv))
     if args.procs < 1 or args.rdy < 1:
@@ -77,7 +86,7 @@ class ReaderCore:
     keeps a partial frame at the start of the buffer.
     """
 
-    __slots__ = ("buf", "mv", "have", "msgs", "body_bytes", "others")
+    __slots__ = ("body_bytes", "buf", "have", "msgs", "mv", "others")
 
     def __init__(self, capacity: int = 1 << 20, initial: bytes = b""):
         capacity = max(capacity, len(initial) * 2, 4096)
@@ -136,9 +145,7 @@ class ReaderCore:
         self.mv = memoryview(bigger)
 
 
-def sub_worker(
-    idx: int, args: argparse.Namespace, ready_q, start_ev, result_q, total, stop_ns
-) -> None:
+def sub_worker(idx: int, args: argparse.Namespace, ready_q, start_ev, result_q, total, stop_ns) -> None:
     """One connection: handshake and SUB, signal ready, wait for the start, RDY, consume."""
     conn = None
     try:
@@ -177,21 +184,44 @@ def sub_worker(
     core = ReaderCore(max(1 << 20, 4 * (args.size + 64)), bytes(reader.buf))
     try:
         reason, t_end, errs, hbs = _consume(conn, core, rdy, args, total, stop_ns)
-        result_q.put({"idx": idx, "msgs": core.msgs, "body_bytes": core.body_bytes, "t_end": t_end,
-                      "reason": reason, "non_fatal": errs, "heartbeats": hbs, "upgrade": upgrade,
-                      "error": None})
+        result_q.put(
+            {
+                "idx": idx,
+                "msgs": core.msgs,
+                "body_bytes": core.body_bytes,
+                "t_end": t_end,
+                "reason": reason,
+                "non_fatal": errs,
+                "heartbeats": hbs,
+                "upgrade": upgrade,
+                "error": None,
+            }
+        )
     except Exception as exc:
-        result_q.put({"idx": idx, "msgs": core.msgs, "body_bytes": core.body_bytes,
-                      "t_end": time.monotonic_ns(), "reason": "error", "non_fatal": 0,
-                      "heartbeats": 0, "upgrade": upgrade,
-                      "error": f"{type(exc).__name__}: {exc}"})
+        result_q.put(
+            {
+                "idx": idx,
+                "msgs": core.msgs,
+                "body_bytes": core.body_bytes,
+                "t_end": time.monotonic_ns(),
+                "reason": "error",
+                "non_fatal": 0,
+                "heartbeats": 0,
+                "upgrade": upgrade,
+                "error": f"{type(exc).__name__}: {exc}",
+            }
+        )
     finally:
         conn.close()
 
 
 def _consume(
-    sock: socket.socket | nb.UpgradedConn, core: ReaderCore, rdy: int, args: argparse.Namespace,
-    total, stop_ns,
+    sock: socket.socket | nb.UpgradedConn,
+    core: ReaderCore,
+    rdy: int,
+    args: argparse.Namespace,
+    total,
+    stop_ns,
 ) -> tuple[str, int, int, int]:
     """RDY, then read/parse/FIN until a stop condition: (reason, end ns, non-fatal errors,
     heartbeats). Returns "count" as soon as the shared total reaches --count."""
@@ -296,14 +326,27 @@ def parse_bench(args: argparse.Namespace) -> int:
     assert core.msgs == total_msgs, (core.msgs, total_msgs)
     assert fin_bytes == total_msgs * 21
     rate = total_msgs / (dt / 1e9)
-    nb.log(TOOL, f"parse-bench: {total_msgs} msgs of {args.size}B in {args.parse_chunk}B chunks: "
-                 f"{nb.go_duration(dt)} - {rate:.0f} msgs/s - {dt / 1000 / total_msgs:.3f}us/msg "
-                 f"(parse + FIN build, no sockets)")
+    nb.log(
+        TOOL,
+        f"parse-bench: {total_msgs} msgs of {args.size}B in {args.parse_chunk}B chunks: "
+        f"{nb.go_duration(dt)} - {rate:.0f} msgs/s - {dt / 1000 / total_msgs:.3f}us/msg "
+        f"(parse + FIN build, no sockets)",
+    )
     if args.json:
         import json
 
-        print(json.dumps({"tool": "bench_reader_parse", "msgs": total_msgs, "size": args.size,
-                          "chunk": chunk, "duration_s": dt / 1e9, "msgs_per_s": rate}))
+        print(
+            json.dumps(
+                {
+                    "tool": "bench_reader_parse",
+                    "msgs": total_msgs,
+                    "size": args.size,
+                    "chunk": chunk,
+                    "duration_s": dt / 1e9,
+                    "msgs_per_s": rate,
+                }
+            )
+        )
     return 0
 
 
@@ -314,8 +357,9 @@ def run(args: argparse.Namespace) -> int:
     total = ctx.Value("q", 0)
     stop_ns = ctx.Value("q", 0)
     procs = [
-        ctx.Process(target=sub_worker, daemon=True,
-                    args=(i, args, ready_q, start_ev, result_q, total, stop_ns))
+        ctx.Process(
+            target=sub_worker, daemon=True, args=(i, args, ready_q, start_ev, result_q, total, stop_ns)
+        )
         for i in range(args.procs)
     ]
     for p in procs:
@@ -361,21 +405,35 @@ def run(args: argparse.Namespace) -> int:
     for e in errors:
         nb.log(TOOL, f"ERROR: {e}")
     if args.count and total_msgs < args.count:
-        nb.log(TOOL, f"received {total_msgs} of --count {args.count} "
-                     f"(stopped by: {', '.join(reasons)})")
+        nb.log(TOOL, f"received {total_msgs} of --count {args.count} (stopped by: {', '.join(reasons)})")
     upgrade = next((r["upgrade"] for r in results if r.get("upgrade")), "")
     if upgrade:
         nb.log(TOOL, f"upgrade: {upgrade}")
     nb.report(
-        TOOL, end - start, total_msgs, args.size, args.json,
-        procs=args.procs, rdy=args.rdy, topic=args.topic, channel=args.channel,
+        TOOL,
+        end - start,
+        total_msgs,
+        args.size,
+        args.json,
+        procs=args.procs,
+        rdy=args.rdy,
+        topic=args.topic,
+        channel=args.channel,
         body_bytes=sum(r["body_bytes"] for r in results),
         stop_reasons=reasons,
         non_fatal_errors=sum(r["non_fatal"] for r in results),
         heartbeats=sum(r["heartbeats"] for r in results),
-        per_proc=[{"idx": r["idx"], "msgs": r["msgs"], "reason": r["reason"],
-                   "duration_s": (r["t_end"] - start) / 1e9} for r in results],
-        upgrade=nb.upgrade_name(args), negotiated=upgrade,
+        per_proc=[
+            {
+                "idx": r["idx"],
+                "msgs": r["msgs"],
+                "reason": r["reason"],
+                "duration_s": (r["t_end"] - start) / 1e9,
+            }
+            for r in results
+        ],
+        upgrade=nb.upgrade_name(args),
+        negotiated=upgrade,
         errors=errors,
     )
     return 1 if errors else 0

@@ -54,13 +54,24 @@ def build_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--size", type=int, default=100, help="message body size (bytes, >= 12)")
     p.add_argument("--max-in-flight", type=int, default=2500, help="nsq_to_file --max-in-flight")
     p.add_argument("--gzip", action="store_true", help="nsq_to_file --gzip")
-    p.add_argument("--sync-interval", default="1s",
-                   help="nsq_to_file --sync-interval: the last messages (fewer than 85%% of "
-                        "RDY in flight) wait for this tick before their FIN, as in Go")
-    p.add_argument("--arg", action="append", default=[], metavar="ARG",
-                   help="extra argument for nsq_to_file (repeatable)")
-    p.add_argument("--nsq-to-file", default=str(Path(sys.executable).parent / "nsq_to_file"),
-                   help="the nsq_to_file executable (default: the venv's console script)")
+    p.add_argument(
+        "--sync-interval",
+        default="1s",
+        help="nsq_to_file --sync-interval: the last messages (fewer than 85%% of "
+        "RDY in flight) wait for this tick before their FIN, as in Go",
+    )
+    p.add_argument(
+        "--arg",
+        action="append",
+        default=[],
+        metavar="ARG",
+        help="extra argument for nsq_to_file (repeatable)",
+    )
+    p.add_argument(
+        "--nsq-to-file",
+        default=str(Path(sys.executable).parent / "nsq_to_file"),
+        help="the nsq_to_file executable (default: the venv's console script)",
+    )
     p.add_argument("--topic", default="to_file_bench")
     p.add_argument("--channel", default="nsq_to_file")
     p.add_argument("--nsqd-bin", default=None, help="nsqd executable (default: the venv's nsqd)")
@@ -68,12 +79,16 @@ def build_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--data-path", default=None)
     p.add_argument("--startup-timeout", type=nb.parse_duration, default=20.0)
     p.add_argument("--stop-timeout", type=nb.parse_duration, default=30.0)
-    p.add_argument("--timeout", type=nb.parse_duration, default=600.0,
-                   help="give up draining after this long")
+    p.add_argument(
+        "--timeout", type=nb.parse_duration, default=600.0, help="give up draining after this long"
+    )
     p.add_argument("--keep", action="store_true", help="keep the temp dir (files, logs)")
-    p.add_argument("--profile", default="", metavar="SVG",
-                   help="record nsq_to_file with py-spy into this flame graph (.svg) or "
-                        "collapsed stacks (.txt)")
+    p.add_argument(
+        "--profile",
+        default="",
+        metavar="SVG",
+        help="record nsq_to_file with py-spy into this flame graph (.svg) or collapsed stacks (.txt)",
+    )
     p.add_argument("--smoke", action="store_true", help="20k messages (a few seconds)")
     p.add_argument("--json", action="store_true", help="also print one JSON summary line")
     args = p.parse_args(argv)
@@ -91,12 +106,12 @@ def bodies(count: int, size: int) -> list[bytes]:
     rng = random.Random(42)
     filler = bytes(rng.randrange(33, 127) for _ in range(size + 4096))
     width = size - 11
-    return [b"%010d " % i + filler[i % 4096: i % 4096 + width] for i in range(count)]
+    return [b"%010d " % i + filler[i % 4096 : i % 4096 + width] for i in range(count)]
 
 
 async def publish(tcp: str, topic: str, msgs: list[bytes]) -> float:
     """MPUB everything (200 per command, 8 in flight); the rate in msgs/s."""
-    batches = [msgs[i:i + 200] for i in range(0, len(msgs), 200)]
+    batches = [msgs[i : i + 200] for i in range(0, len(msgs), 200)]
     t0 = time.monotonic()
     async with Producer(tcp) as producer:
         await producer.ping(timeout=10.0)
@@ -139,8 +154,13 @@ def main(argv: list[str] | None = None) -> int:
     out_dir.mkdir()
     daemon = Daemon(args, work)
     failures: list[str] = []
-    result: dict[str, Any] = {"count": args.count, "size": args.size, "gzip": args.gzip,
-                              "max_in_flight": args.max_in_flight, "args": args.arg}
+    result: dict[str, Any] = {
+        "count": args.count,
+        "size": args.size,
+        "gzip": args.gzip,
+        "max_in_flight": args.max_in_flight,
+        "args": args.arg,
+    }
     proc: subprocess.Popen[bytes] | None = None
     spy: subprocess.Popen[bytes] | None = None
     try:
@@ -150,10 +170,17 @@ def main(argv: list[str] | None = None) -> int:
         print(f"# published {args.count} x {args.size} B at {result['pub_rate']:,} msgs/s", flush=True)
         time.sleep(1.0)  # let the machine settle after publishing
         result["loadavg_before"] = os.getloadavg()
-        cmd = [args.nsq_to_file, f"--nsqd-tcp-address={daemon.tcp}", f"--topic={args.topic}",
-               f"--channel={args.channel}", f"--output-dir={out_dir}",
-               f"--max-in-flight={args.max_in_flight}", f"--sync-interval={args.sync_interval}",
-               *(["--gzip"] if args.gzip else []), *args.arg]
+        cmd = [
+            args.nsq_to_file,
+            f"--nsqd-tcp-address={daemon.tcp}",
+            f"--topic={args.topic}",
+            f"--channel={args.channel}",
+            f"--output-dir={out_dir}",
+            f"--max-in-flight={args.max_in_flight}",
+            f"--sync-interval={args.sync_interval}",
+            *(["--gzip"] if args.gzip else []),
+            *args.arg,
+        ]
         print("# " + " ".join(cmd), flush=True)
         nsqd_cpu0 = proc_cpu_seconds(daemon.proc.pid) if daemon.proc else None
         log_path = work / "nsq_to_file.log"
@@ -162,9 +189,21 @@ def main(argv: list[str] | None = None) -> int:
             proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=logf, stderr=logf)
         if args.profile:
             fmt = ["--format", "raw"] if args.profile.endswith(".txt") else []
-            spy = subprocess.Popen([str(Path(sys.executable).parent / "py-spy"), "record", "-o",
-                                    args.profile, "--pid", str(proc.pid), "--rate", "250", *fmt],
-                                   stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+            spy = subprocess.Popen(
+                [
+                    str(Path(sys.executable).parent / "py-spy"),
+                    "record",
+                    "-o",
+                    args.profile,
+                    "--pid",
+                    str(proc.pid),
+                    "--rate",
+                    "250",
+                    *fmt,
+                ],
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.DEVNULL,
+            )
         t_sub = None
         t_sent = None
         t_end = None
@@ -179,8 +218,13 @@ def main(argv: list[str] | None = None) -> int:
                 t_sub = now
             if c is not None and t_sent is None and c["depth"] == 0 and c["message_count"] >= args.count:
                 t_sent = now
-            if c is not None and c["depth"] == 0 and c["in_flight_count"] == 0 \
-                    and c["deferred_count"] == 0 and c["message_count"] >= args.count:
+            if (
+                c is not None
+                and c["depth"] == 0
+                and c["in_flight_count"] == 0
+                and c["deferred_count"] == 0
+                and c["message_count"] >= args.count
+            ):
                 t_end = now
                 break
             time.sleep(0.02)
@@ -213,8 +257,9 @@ def main(argv: list[str] | None = None) -> int:
         lines = read_output(out_dir)
         seqs = sorted(int(x[:10]) for x in lines)
         if seqs != list(range(args.count)):
-            failures.append(f"output holds {len(lines)} lines, {len(set(seqs))} distinct, "
-                            f"{args.count} expected")
+            failures.append(
+                f"output holds {len(lines)} lines, {len(set(seqs))} distinct, {args.count} expected"
+            )
         by_seq = {int(x[:10]): x for x in lines}
         if any(by_seq.get(i) != msgs[i] for i in range(0, args.count, max(1, args.count // 1000))):
             failures.append("some lines differ from the published bodies")
@@ -232,15 +277,21 @@ def main(argv: list[str] | None = None) -> int:
         else:
             shutil.rmtree(work, ignore_errors=True)
     la = result.get("loadavg_before")
-    print(f"[{TOOL}] {args.count} x {args.size} B, --max-in-flight={args.max_in_flight}"
-          f"{' --gzip' if args.gzip else ''} {' '.join(args.arg)}")
+    print(
+        f"[{TOOL}] {args.count} x {args.size} B, --max-in-flight={args.max_in_flight}"
+        f"{' --gzip' if args.gzip else ''} {' '.join(args.arg)}"
+    )
     if "rate" in result:
-        print(f"[{TOOL}] drained in {result['seconds']}s: {result['rate']:,} msgs/s from start, "
-              f"{result.get('rate_from_sub', 0):,} msgs/s from subscription "
-              f"({result.get('rate_delivered', 0):,} msgs/s until all were delivered); "
-              f"cpu nsq_to_file {result['nsq_to_file_cpu_s']:.2f}s, nsqd {result.get('nsqd_cpu_s', '?')}s; "
-              f"{result['files']} files, {result['bytes']:,} bytes; "
-              f"load average before {la[0]:.2f} {la[1]:.2f} {la[2]:.2f}" if la else "")
+        print(
+            f"[{TOOL}] drained in {result['seconds']}s: {result['rate']:,} msgs/s from start, "
+            f"{result.get('rate_from_sub', 0):,} msgs/s from subscription "
+            f"({result.get('rate_delivered', 0):,} msgs/s until all were delivered); "
+            f"cpu nsq_to_file {result['nsq_to_file_cpu_s']:.2f}s, nsqd {result.get('nsqd_cpu_s', '?')}s; "
+            f"{result['files']} files, {result['bytes']:,} bytes; "
+            f"load average before {la[0]:.2f} {la[1]:.2f} {la[2]:.2f}"
+            if la
+            else ""
+        )
     print(f"[{TOOL}] {result.get('summary', '')}")
     for f in failures:
         print(f"[{TOOL}] FAILED: {f}")

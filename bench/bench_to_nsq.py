@@ -41,14 +41,26 @@ def build_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--size", type=int, default=100, help="message body size (bytes)")
     p.add_argument("--topic", default="to_nsq_bench")
     p.add_argument("--max-in-flight", type=int, default=2500, help="nsq_to_nsq --max-in-flight")
-    p.add_argument("--tool-arg", action="append", default=[], metavar="ARG",
-                   help="extra argument for nsq_to_nsq (repeatable), e.g. --tool-arg=--mode=round-robin")
-    p.add_argument("--separate", action="store_true",
-                   help="republish to a second nsqd (default: another topic on the same one)")
+    p.add_argument(
+        "--tool-arg",
+        action="append",
+        default=[],
+        metavar="ARG",
+        help="extra argument for nsq_to_nsq (repeatable), e.g. --tool-arg=--mode=round-robin",
+    )
+    p.add_argument(
+        "--separate",
+        action="store_true",
+        help="republish to a second nsqd (default: another topic on the same one)",
+    )
     p.add_argument("--writer-procs", type=int, default=1, help="bench_writer --procs for the fill")
     p.add_argument("--timeout", type=nb.parse_duration, default=300.0, help="cap on the drain")
-    p.add_argument("--profile", default="", metavar="FILE",
-                   help="record nsq_to_nsq with py-spy into FILE (speedscope JSON)")
+    p.add_argument(
+        "--profile",
+        default="",
+        metavar="FILE",
+        help="record nsq_to_nsq with py-spy into FILE (speedscope JSON)",
+    )
     d = p.add_argument_group("daemon")
     d.add_argument("--nsqd-bin", default=None, help="nsqd executable (default: the venv's nsqd)")
     d.add_argument("--mem-queue-size", type=int, default=2_000_000, help="nsqd --mem-queue-size")
@@ -99,9 +111,17 @@ def loadavg() -> str:
 
 
 def fill(args: argparse.Namespace, tcp: str) -> None:
-    cmd = [sys.executable, str(BENCH / "bench_writer.py"), f"--nsqd-tcp-address={tcp}",
-           f"--topic={args.topic}", f"--count={args.count}", f"--size={args.size}",
-           "--batch-size=200", f"--procs={args.writer_procs}", "--runfor=10m"]
+    cmd = [
+        sys.executable,
+        str(BENCH / "bench_writer.py"),
+        f"--nsqd-tcp-address={tcp}",
+        f"--topic={args.topic}",
+        f"--count={args.count}",
+        f"--size={args.size}",
+        "--batch-size=200",
+        f"--procs={args.writer_procs}",
+        "--runfor=10m",
+    ]
     res = subprocess.run(cmd, capture_output=True, text=True, timeout=args.timeout)
     sys.stderr.write(res.stderr)
     if res.returncode != 0:
@@ -130,19 +150,39 @@ def run(args: argparse.Namespace, workdir: Path) -> int:
             time.sleep(0.1)
         load_before = loadavg()
         cpu_d0 = [proc_cpu_seconds(d.pid) or 0.0 for d in daemons if d.pid]
-        argv = [str(Path(sys.executable).with_name("nsq_to_nsq")), f"--topic={args.topic}",
-                f"--destination-topic={out_topic}", f"--nsqd-tcp-address={src.tcp}",
-                f"--destination-nsqd-tcp-address={dst.tcp}", f"--max-in-flight={args.max_in_flight}",
-                "--status-every=0", *args.tool_arg]
+        argv = [
+            str(Path(sys.executable).with_name("nsq_to_nsq")),
+            f"--topic={args.topic}",
+            f"--destination-topic={out_topic}",
+            f"--nsqd-tcp-address={src.tcp}",
+            f"--destination-nsqd-tcp-address={dst.tcp}",
+            f"--max-in-flight={args.max_in_flight}",
+            "--status-every=0",
+            *args.tool_arg,
+        ]
         nb.log(TOOL, "running " + " ".join(argv[1:]))
         err_path = workdir / "nsq_to_nsq.stderr"
         t_start = time.monotonic()
-        tool = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
-                                stderr=open(err_path, "wb"))
+        tool = subprocess.Popen(
+            argv, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=open(err_path, "wb")
+        )
         if args.profile:
-            spy = subprocess.Popen([str(Path(sys.executable).with_name("py-spy")), "record", "--pid",
-                                    str(tool.pid), "--format", "speedscope", "-o", args.profile,
-                                    "--rate", "200"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+            spy = subprocess.Popen(
+                [
+                    str(Path(sys.executable).with_name("py-spy")),
+                    "record",
+                    "--pid",
+                    str(tool.pid),
+                    "--format",
+                    "speedscope",
+                    "-o",
+                    args.profile,
+                    "--rate",
+                    "200",
+                ],
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.DEVNULL,
+            )
         t_first = None
         done = 0
         while True:
@@ -181,21 +221,29 @@ def run(args: argparse.Namespace, workdir: Path) -> int:
             failures.append(f"destination has {final} messages, not {args.count}")
         steady = (t_end - t_first) if t_first else 0.0
         steady_msgs = done - first_count if t_first else 0
-        nb.log(TOOL, f"startup (launch to first republished message): "
-                     f"{(t_first or t_end) - t_start:.2f}s")
+        nb.log(TOOL, f"startup (launch to first republished message): {(t_first or t_end) - t_start:.2f}s")
         data = nb.report(TOOL, int(steady * 1e9), steady_msgs, args.size, False)
         total = t_end - t_start
         data.update(
-            count=args.count, separate=args.separate, max_in_flight=args.max_in_flight,
-            tool_args=args.tool_arg, wall_with_startup_s=total,
+            count=args.count,
+            separate=args.separate,
+            max_in_flight=args.max_in_flight,
+            tool_args=args.tool_arg,
+            wall_with_startup_s=total,
             ops_per_s_with_startup=args.count / total if total else 0.0,
-            nsq_to_nsq_cpu_s=cpu_tool, nsq_to_nsq_us_per_msg=cpu_tool / args.count * 1e6,
+            nsq_to_nsq_cpu_s=cpu_tool,
+            nsq_to_nsq_us_per_msg=cpu_tool / args.count * 1e6,
             nsqd_cpu_s=[b - a for a, b in zip(cpu_d0, cpu_d1, strict=True)],
-            loadavg_before=load_before, loadavg_after=load_after, cpus=os.cpu_count(),
-            summary=summary[-1].split("INFO: ", 1)[-1] if summary else "", errors=failures,
+            loadavg_before=load_before,
+            loadavg_after=load_after,
+            cpus=os.cpu_count(),
+            summary=summary[-1].split("INFO: ", 1)[-1] if summary else "",
+            errors=failures,
         )
-        print(f"{'republished':>24}: {args.count} x {args.size} B "
-              f"({'to a second nsqd' if args.separate else 'same nsqd, another topic'})")
+        print(
+            f"{'republished':>24}: {args.count} x {args.size} B "
+            f"({'to a second nsqd' if args.separate else 'same nsqd, another topic'})"
+        )
         print(f"{'drain (steady)':>24}: {steady:.2f}s  {data['ops_per_s']:,.0f} msgs/s")
         print(f"{'with start-up':>24}: {total:.2f}s  {data['ops_per_s_with_startup']:,.0f} msgs/s")
         print(f"{'nsq_to_nsq CPU':>24}: {cpu_tool:.2f}s  ({data['nsq_to_nsq_us_per_msg']:.2f} us/msg)")

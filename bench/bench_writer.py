@@ -20,24 +20,23 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-import nsqbench as nb  # noqa: E402
+import nsqbench as nb
 
 TOOL = "bench_writer"
 
 
 def build_args(argv: list[str] | None = None) -> argparse.Namespace:
     p = argparse.ArgumentParser(prog=TOOL, description=__doc__.splitlines()[0])
-    p.add_argument("--runfor", type=nb.parse_duration, default=10.0,
-                   help="duration of time to run (10s)")
-    p.add_argument("--nsqd-tcp-address", default="127.0.0.1:4150",
-                   help="<addr>:<port> to connect to nsqd")
+    p.add_argument("--runfor", type=nb.parse_duration, default=10.0, help="duration of time to run (10s)")
+    p.add_argument("--nsqd-tcp-address", default="127.0.0.1:4150", help="<addr>:<port> to connect to nsqd")
     p.add_argument("--topic", default="sub_bench", help="topic to publish to")
     p.add_argument("--size", type=int, default=100, help="size of messages (bytes)")
     p.add_argument("--batch-size", type=int, default=200, help="messages per MPUB")
     p.add_argument("--procs", type=int, default=1, help="publisher processes (one connection each)")
     p.add_argument("--pipeline", type=int, default=4, help="MPUBs outstanding per connection")
-    p.add_argument("--count", type=int, default=0,
-                   help="stop after about this many messages in total (0: no limit)")
+    p.add_argument(
+        "--count", type=int, default=0, help="stop after about this many messages in total (0: no limit)"
+    )
     p.add_argument("--deadline", default="", help="'YYYY-MM-DD HH:MM:SS' (UTC) to start the run")
     p.add_argument("--no-identify", action="store_true", help="skip IDENTIFY")
     p.add_argument("--json", action="store_true", help="also print one JSON result line on stdout")
@@ -51,9 +50,7 @@ def build_args(argv: list[str] | None = None) -> argparse.Namespace:
     return args
 
 
-def pub_worker(
-    idx: int, args: argparse.Namespace, per_proc_count: int, ready_q, start_ev, result_q
-) -> None:
+def pub_worker(idx: int, args: argparse.Namespace, per_proc_count: int, ready_q, start_ev, result_q) -> None:
     """One connection: handshake, signal ready, wait for the start, then pipeline MPUBs."""
     conn = sock = None
     try:
@@ -76,18 +73,34 @@ def pub_worker(
     progress = [0]  # acknowledged MPUBs, kept up to date so a failure still reports them
     try:
         t_end = _pump(conn, cmd, args, per_proc_count, progress)
-        result_q.put({"idx": idx, "msgs": progress[0] * args.batch_size, "t_end": t_end,
-                      "upgrade": upgrade, "error": None})
+        result_q.put(
+            {
+                "idx": idx,
+                "msgs": progress[0] * args.batch_size,
+                "t_end": t_end,
+                "upgrade": upgrade,
+                "error": None,
+            }
+        )
     except Exception as exc:
-        result_q.put({"idx": idx, "msgs": progress[0] * args.batch_size,
-                      "t_end": time.monotonic_ns(), "upgrade": upgrade,
-                      "error": f"{type(exc).__name__}: {exc}"})
+        result_q.put(
+            {
+                "idx": idx,
+                "msgs": progress[0] * args.batch_size,
+                "t_end": time.monotonic_ns(),
+                "upgrade": upgrade,
+                "error": f"{type(exc).__name__}: {exc}",
+            }
+        )
     finally:
         conn.close()
 
 
 def _pump(
-    sock: socket.socket | nb.UpgradedConn, cmd: bytes, args: argparse.Namespace, limit: int,
+    sock: socket.socket | nb.UpgradedConn,
+    cmd: bytes,
+    args: argparse.Namespace,
+    limit: int,
     progress: list[int],
 ) -> int:
     """Keep --pipeline MPUBs in flight until --runfor (or the count) is reached; drain the OKs.
@@ -154,8 +167,7 @@ def run(args: argparse.Namespace) -> int:
     start_ev = ctx.Event()
     per_proc = -(-args.count // args.procs) if args.count else 0
     procs = [
-        ctx.Process(target=pub_worker, daemon=True,
-                    args=(i, args, per_proc, ready_q, start_ev, result_q))
+        ctx.Process(target=pub_worker, daemon=True, args=(i, args, per_proc, ready_q, start_ev, result_q))
         for i in range(args.procs)
     ]
     for p in procs:
@@ -201,9 +213,19 @@ def run(args: argparse.Namespace) -> int:
     if upgrade:
         nb.log(TOOL, f"upgrade: {upgrade}")
     nb.report(
-        TOOL, end - start, total, args.size, args.json,
-        procs=args.procs, batch_size=args.batch_size, pipeline=args.pipeline, topic=args.topic,
-        per_proc=per_proc_out, upgrade=nb.upgrade_name(args), negotiated=upgrade, errors=errors,
+        TOOL,
+        end - start,
+        total,
+        args.size,
+        args.json,
+        procs=args.procs,
+        batch_size=args.batch_size,
+        pipeline=args.pipeline,
+        topic=args.topic,
+        per_proc=per_proc_out,
+        upgrade=nb.upgrade_name(args),
+        negotiated=upgrade,
+        errors=errors,
     )
     return 1 if errors else 0
 

@@ -20,7 +20,7 @@ import ssl
 import struct
 import sys
 import time
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 
 MAGIC_V2 = b"  V2"
 FRAME_RESPONSE = 0
@@ -131,10 +131,7 @@ def result_line(duration_ns: int, msgs: int, size: int) -> str:
     ops = msgs / secs
     # Go divides whole microseconds by the count (and prints +Inf for zero messages).
     us_op = (duration_ns // 1000) / msgs if msgs else float("inf")
-    return (
-        f"duration: {go_duration(duration_ns)} - {mbs:.3f}mb/s - {ops:.3f}ops/s - "
-        f"{_go_float(us_op)}us/op"
-    )
+    return f"duration: {go_duration(duration_ns)} - {mbs:.3f}mb/s - {ops:.3f}ops/s - {_go_float(us_op)}us/op"
 
 
 def _go_float(v: float) -> str:
@@ -150,9 +147,7 @@ def log(tool: str, text: str) -> None:
     sys.stderr.flush()
 
 
-def report(
-    tool: str, duration_ns: int, msgs: int, size: int, as_json: bool, **extra: object
-) -> dict:
+def report(tool: str, duration_ns: int, msgs: int, size: int, as_json: bool, **extra: object) -> dict:
     """Print the Go-format line (stderr) and, when asked, one JSON line (stdout)."""
     log(tool, result_line(duration_ns, msgs, size))
     secs = duration_ns / 1e9 if duration_ns > 0 else 0.0
@@ -187,7 +182,7 @@ def wait_deadline(deadline: str, tool: str) -> None:
     """Go's --deadline: sleep until 'YYYY-MM-DD HH:MM:SS' (UTC, as time.Parse gives)."""
     if not deadline:
         return
-    t = datetime.strptime(deadline, "%Y-%m-%d %H:%M:%S").replace(tzinfo=timezone.utc)
+    t = datetime.strptime(deadline, "%Y-%m-%d %H:%M:%S").replace(tzinfo=UTC)
     d = t.timestamp() - time.time()
     log(tool, f"sleeping until {t} ({go_duration(int(d * 1e9))})")
     if d > 0:
@@ -227,8 +222,7 @@ def pub_cmd(topic: str, body: bytes) -> bytes:
 
 def client_fields(tool: str) -> dict:
     host = socket.gethostname()
-    return {"client_id": f"{tool}-{os.getpid()}", "hostname": host,
-            "user_agent": f"{tool}/{VERSION}"}
+    return {"client_id": f"{tool}-{os.getpid()}", "hostname": host, "user_agent": f"{tool}/{VERSION}"}
 
 
 class FrameReader:
@@ -300,18 +294,27 @@ def handshake_identify(sock: socket.socket, reader: FrameReader, fields: dict) -
 
 def add_upgrade_args(p: argparse.ArgumentParser) -> None:
     g = p.add_argument_group("connection upgrades (not in Go's bench tools)")
-    g.add_argument("--tls", action="store_true",
-                   help="negotiate TLS (IDENTIFY tls_v1) and send/receive over it")
-    g.add_argument("--tls-root-ca-file", default="",
-                   help="verify nsqd's certificate (and its name) against this CA file (PEM)")
-    g.add_argument("--tls-insecure-skip-verify", action="store_true",
-                   help="do not verify nsqd's certificate (the default without "
-                        "--tls-root-ca-file)")
+    g.add_argument(
+        "--tls", action="store_true", help="negotiate TLS (IDENTIFY tls_v1) and send/receive over it"
+    )
+    g.add_argument(
+        "--tls-root-ca-file",
+        default="",
+        help="verify nsqd's certificate (and its name) against this CA file (PEM)",
+    )
+    g.add_argument(
+        "--tls-insecure-skip-verify",
+        action="store_true",
+        help="do not verify nsqd's certificate (the default without --tls-root-ca-file)",
+    )
     g.add_argument("--snappy", action="store_true", help="negotiate snappy compression")
     g.add_argument("--deflate", action="store_true", help="negotiate deflate compression")
-    g.add_argument("--deflate-level", type=int, default=6,
-                   help="IDENTIFY deflate_level in [1,9] (6); nsqd caps it at its "
-                        "--max-deflate-level")
+    g.add_argument(
+        "--deflate-level",
+        type=int,
+        default=6,
+        help="IDENTIFY deflate_level in [1,9] (6); nsqd caps it at its --max-deflate-level",
+    )
 
 
 def check_upgrade_args(p: argparse.ArgumentParser, args: argparse.Namespace) -> None:
@@ -327,8 +330,11 @@ def upgrade_wanted(args: argparse.Namespace) -> bool:
 
 def upgrade_name(args: argparse.Namespace) -> str:
     """What the flags ask for: "none", "tls", "snappy", "tls+deflate(6)", …"""
-    parts = (["tls"] if args.tls else []) + (["snappy"] if args.snappy else []) + (
-        [f"deflate({args.deflate_level})"] if args.deflate else [])
+    parts = (
+        (["tls"] if args.tls else [])
+        + (["snappy"] if args.snappy else [])
+        + ([f"deflate({args.deflate_level})"] if args.deflate else [])
+    )
     return "+".join(parts) or "none"
 
 
@@ -336,8 +342,13 @@ def upgrade_fields(args: argparse.Namespace) -> dict:
     """The IDENTIFY fields that ask for the upgrades (empty without a flag)."""
     if not upgrade_wanted(args):
         return {}
-    return {"feature_negotiation": True, "tls_v1": bool(args.tls), "snappy": bool(args.snappy),
-            "deflate": bool(args.deflate), "deflate_level": args.deflate_level}
+    return {
+        "feature_negotiation": True,
+        "tls_v1": bool(args.tls),
+        "snappy": bool(args.snappy),
+        "deflate": bool(args.deflate),
+        "deflate_level": args.deflate_level,
+    }
 
 
 def client_ssl_context(args: argparse.Namespace) -> ssl.SSLContext:
@@ -363,9 +374,11 @@ def identify_and_upgrade(
     if not upgrade_wanted(args):
         return sock, handshake_identify(sock, reader, fields)
     neg = handshake_identify(sock, reader, {**fields, **upgrade_fields(args)}) or {}
-    for key, wanted, hint in (("tls_v1", args.tls, "--tls-cert and --tls-key"),
-                              ("snappy", args.snappy, "--snappy=true"),
-                              ("deflate", args.deflate, "--deflate=true")):
+    for key, wanted, hint in (
+        ("tls_v1", args.tls, "--tls-cert and --tls-key"),
+        ("snappy", args.snappy, "--snappy=true"),
+        ("deflate", args.deflate, "--deflate=true"),
+    ):
         if wanted and not neg.get(key):
             raise ProtocolError(f"IDENTIFY: nsqd did not agree to {key} (start it with {hint})")
     timeout = sock.gettimeout()
@@ -412,8 +425,21 @@ class UpgradedConn:
     record/chunk already available (up to the buffer given), blocking calls wait in poll up
     to the timeout. A compressor, when pushed, encodes every sendall and decodes reads."""
 
-    __slots__ = ("_sock", "_fd", "_timeout", "_layer", "_out", "_outpos", "_scratch", "_smv",
-                 "_eof", "_pollin", "_pollout", "tls", "compression")
+    __slots__ = (
+        "_eof",
+        "_fd",
+        "_layer",
+        "_out",
+        "_outpos",
+        "_pollin",
+        "_pollout",
+        "_scratch",
+        "_smv",
+        "_sock",
+        "_timeout",
+        "compression",
+        "tls",
+    )
 
     def __init__(self, sock: socket.socket, timeout: float | None):
         self._sock = sock

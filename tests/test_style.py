@@ -23,8 +23,9 @@ def tool(name: str) -> str:
 
 @pytest.mark.timeout(120)
 def test_ruff_clean():
-    res = subprocess.run([tool("ruff"), "check", "src", "tests", "bench"], cwd=ROOT,
-                         capture_output=True, text=True)
+    res = subprocess.run(
+        [tool("ruff"), "check", "src", "tests", "bench"], cwd=ROOT, capture_output=True, text=True
+    )
     assert res.returncode == 0, res.stdout + res.stderr
 
 

@@ -86,7 +86,7 @@ def _underscore_ok(s: str) -> bool:
         saw = "0"
         hexa = s[1].lower() == "x"
     for ch in s[i:]:
-        if ch.isdigit() and ch.isascii() or hexa and ch.lower() in "abcdef":
+        if (ch.isdigit() and ch.isascii()) or (hexa and ch.lower() in "abcdef"):
             saw = "0"
             continue
         if ch == "_":
@@ -229,9 +229,7 @@ def parse_duration_ns(s: str) -> int:
         unit_name = s[ustart:i]
         unit = _DURATION_UNITS.get(unit_name)
         if unit is None:
-            raise ValueError(
-                f"time: unknown unit {_time_quote(unit_name)} in duration {_time_quote(orig)}"
-            )
+            raise ValueError(f"time: unknown unit {_time_quote(unit_name)} in duration {_time_quote(orig)}")
         if whole > _MAX_NS // unit:
             raise ValueError(invalid)
         value = whole * unit

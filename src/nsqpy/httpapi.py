@@ -269,9 +269,7 @@ class Router:
         self.param_routes: list[tuple[str, str, dict[str, Route]]] = []
         self.methods: set[str] = set()
 
-    def route(
-        self, method: str, path: str, handler: Handler, style: str = V1, logged: bool = True
-    ) -> None:
+    def route(self, method: str, path: str, handler: Handler, style: str = V1, logged: bool = True) -> None:
         self.methods.add(method)
         if "/:" in path:
             prefix, _, name = path.rpartition(":")
@@ -308,10 +306,7 @@ class Router:
     def _fixed_path(self, path: str, method: str) -> str | None:
         """httprouter's redirects: wrong trailing slash, then a case-insensitive match of the
         cleaned path (for the request's method only)."""
-        if len(path) > 1 and path.endswith("/"):
-            alt = path[:-1]
-        else:
-            alt = path + "/"
+        alt = path[:-1] if len(path) > 1 and path.endswith("/") else path + "/"
         if self._has(alt, method):
             return alt
         clean = clean_path(path)
@@ -346,9 +341,7 @@ class Router:
         else:
             allow = self._allowed(path, method)
             if allow:
-                return await self.call(
-                    request, (self._method_not_allowed, V1, True), {"allow": allow}
-                )
+                return await self.call(request, (self._method_not_allowed, V1, True), {"allow": allow})
         return await self.call(request, (self._not_found, V1, True), {})
 
     @staticmethod

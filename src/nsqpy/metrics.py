@@ -89,14 +89,16 @@ class NsqdCollector(Collector):
         info.add_metric([NSQ_VERSION], 1)
         yield info
         yield GaugeMetricFamily(
-            "nsq_health", "1 while nsqd is healthy (/ping answers OK), else 0",
+            "nsq_health",
+            "1 while nsqd is healthy (/ping answers OK), else 0",
             value=1 if nsqd.is_healthy() else 0,
         )
         yield GaugeMetricFamily(
             "nsq_start_time_seconds", "when nsqd started (unix seconds)", value=nsqd.start_time
         )
         yield GaugeMetricFamily(
-            "nsq_clients", "TCP clients connected (consumers and producers)",
+            "nsq_clients",
+            "TCP clients connected (consumers and producers)",
             value=len(nsqd.clients),
         )
 
@@ -107,11 +109,13 @@ class NsqdCollector(Collector):
         t_bytes = _counter("nsq_topic_message_bytes", "message body bytes published", _T)
         t_lat = _gauge(
             "nsq_topic_e2e_processing_latency_seconds",
-            "publish-to-FIN latency quantiles over the topic's channels", [*_T, "quantile"],
+            "publish-to-FIN latency quantiles over the topic's channels",
+            [*_T, "quantile"],
         )
         t_lat_n = _gauge(
             "nsq_topic_e2e_processing_latency_samples",
-            "FINs in the latency window over the topic's channels", _T,
+            "FINs in the latency window over the topic's channels",
+            _T,
         )
         c_depth = _gauge("nsq_channel_depth", "messages waiting (memory + disk)", _TC)
         c_bdepth = _gauge("nsq_channel_backend_depth", "messages in the channel's disk queue", _TC)
@@ -124,11 +128,10 @@ class NsqdCollector(Collector):
         c_to = _counter("nsq_channel_timeout_count", "in-flight messages timed out", _TC)
         c_lat = _gauge(
             "nsq_channel_e2e_processing_latency_seconds",
-            "publish-to-FIN latency quantiles", [*_TC, "quantile"],
+            "publish-to-FIN latency quantiles",
+            [*_TC, "quantile"],
         )
-        c_lat_n = _gauge(
-            "nsq_channel_e2e_processing_latency_samples", "FINs in the latency window", _TC
-        )
+        c_lat_n = _gauge("nsq_channel_e2e_processing_latency_samples", "FINs in the latency window", _TC)
 
         now_ns = time.time_ns()
         for topic in sorted(nsqd.topics.values(), key=lambda t: t.name):
@@ -168,8 +171,7 @@ class LookupdCollector(Collector):
         db = lookupd.db
         opts = lookupd.options
         now = lookupd.now_ns()
-        info = GaugeMetricFamily("nsq_lookupd_info", "nsqlookupd version (always 1)",
-                                 labels=["version"])
+        info = GaugeMetricFamily("nsq_lookupd_info", "nsqlookupd version (always 1)", labels=["version"])
         info.add_metric([NSQ_VERSION], 1)
         yield info
         nodes = db.nodes(opts.inactive_producer_timeout, opts.tombstone_lifetime, now)
@@ -180,7 +182,8 @@ class LookupdCollector(Collector):
         per_topic_channels = {t: db.channels(t) for t in topics}
         yield GaugeMetricFamily("nsq_lookupd_topics", "topics registered", value=len(topics))
         yield GaugeMetricFamily(
-            "nsq_lookupd_channels", "channels registered (over all topics)",
+            "nsq_lookupd_channels",
+            "channels registered (over all topics)",
             value=sum(len(c) for c in per_topic_channels.values()),
         )
         producers = _gauge("nsq_lookupd_topic_producers", "nsqd nodes producing the topic", _T)

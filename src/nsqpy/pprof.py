@@ -21,6 +21,7 @@ from aiohttp import web
 
 from .httpapi import RAW, Params, Router, get_param, parse_query, respond_plain
 
+
 class Pprof:
     """Python equivalents of Go's ``net/http/pprof`` handlers, answered in plain text:
 
@@ -96,8 +97,7 @@ class Pprof:
                 "(or -X tracemalloc) for allocation sites\n\n"
             )
         counters = (
-            self.mem_stats() if self.mem_stats is not None
-            else {"heap_objects": sys.getallocatedblocks()}
+            self.mem_stats() if self.mem_stats is not None else {"heap_objects": sys.getallocatedblocks()}
         )
         for key, value in counters.items():
             out.write(f"{key} {value}\n")
@@ -115,9 +115,7 @@ class Pprof:
         if not 0 < seconds < float("inf"):
             seconds = 30.0
         if self._profiling:
-            return respond_plain(
-                "Could not enable CPU profiling: cpu profiling already in use\n", 500
-            )
+            return respond_plain("Could not enable CPU profiling: cpu profiling already in use\n", 500)
         prof = cProfile.Profile()
         try:
             prof.enable()

@@ -48,14 +48,14 @@ def test_bench_run_smoke() -> None:
     assert rows[("latency", "LAT")]["p99_ms"] is not None
 
 
-
-
 @pytest.mark.timeout(120)
 @pytest.mark.parametrize(
     ("flags", "negotiated"),
     [
         pytest.param(
-            ["--tls", "--snappy"], ("TLS TLSv1.", "snappy"), id="tls-snappy",
+            ["--tls", "--snappy"],
+            ("TLS TLSv1.", "snappy"),
+            id="tls-snappy",
         ),
         pytest.param(["--deflate"], ("deflate(6)",), id="deflate"),
     ],
@@ -101,8 +101,7 @@ def test_bench_run_smoke_upgraded(flags: list[str], negotiated: tuple[str, ...])
 def test_bench_client_smoke() -> None:
     """bench_client.py (our client library through our nsqd) prints both figures."""
     proc = subprocess.run(
-        [sys.executable, str(ROOT / "bench" / "bench_client.py"), "--smoke", "--json",
-         f"--nsqd-bin={NSQD}"],
+        [sys.executable, str(ROOT / "bench" / "bench_client.py"), "--smoke", "--json", f"--nsqd-bin={NSQD}"],
         cwd=ROOT,
         capture_output=True,
         text=True,

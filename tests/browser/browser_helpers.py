@@ -47,16 +47,19 @@ from nsqpy.transport import client_tls_context
 
 CHROMIUM = Path(os.environ.get("NSQPY_CHROMIUM", "/usr/bin/chromium"))
 NO_BROWSER_OK = os.environ.get("NSQPY_ALLOW_NO_BROWSER") == "1"
-MISSING = (f"Chromium is not installed at {CHROMIUM} (Debian: apt-get install chromium); "
-           "nsqadmin's browser tests need it")
+MISSING = (
+    f"Chromium is not installed at {CHROMIUM} (Debian: apt-get install chromium); "
+    "nsqadmin's browser tests need it"
+)
 
 try:
     from playwright.sync_api import expect
 except ImportError as e:  # pragma: no cover - depends on the machine
     if not CHROMIUM.exists() and NO_BROWSER_OK:
         pytest.skip(MISSING + " (skipped: NSQPY_ALLOW_NO_BROWSER=1)", allow_module_level=True)
-    raise ImportError("Playwright for Python is needed by the browser tests "
-                      f"(pip install playwright): {e}") from e
+    raise ImportError(
+        f"Playwright for Python is needed by the browser tests (pip install playwright): {e}"
+    ) from e
 CHROMIUM_ARGS = [
     "--headless",
     "--no-sandbox",
@@ -100,8 +103,13 @@ def parse_int(text: str) -> int:
 # --- plain HTTP from the test thread ------------------------------------------------------------
 
 
-def http(method: str, url: str, body: bytes | None = None, headers: dict[str, str] | None = None,
-         timeout: float = 10.0) -> tuple[int, bytes]:
+def http(
+    method: str,
+    url: str,
+    body: bytes | None = None,
+    headers: dict[str, str] | None = None,
+    timeout: float = 10.0,
+) -> tuple[int, bytes]:
     req = urllib.request.Request(url, data=body, method=method, headers=headers or {})
     try:
         with urllib.request.urlopen(req, timeout=timeout) as resp:
@@ -134,13 +142,22 @@ class Subscriber:
         self.task: asyncio.Task[None] | None = None
 
     @classmethod
-    async def open(cls, port: int, topic: str, channel: str, *, tls_context: Any = None,
-                   secret: str | None = None, **identify: Any) -> Subscriber:
+    async def open(
+        cls,
+        port: int,
+        topic: str,
+        channel: str,
+        *,
+        tls_context: Any = None,
+        secret: str | None = None,
+        **identify: Any,
+    ) -> Subscriber:
         fields = {"heartbeat_interval": 1000, **identify}
         if tls_context is not None:
             fields["tls_v1"] = True
-        proto: ClientProtocol = ClientProtocol(fields, tls_context=tls_context,
-                                               server_hostname="127.0.0.1", auth_secret=secret)
+        proto: ClientProtocol = ClientProtocol(
+            fields, tls_context=tls_context, server_hostname="127.0.0.1", auth_secret=secret
+        )
         r, w = await asyncio.open_connection("127.0.0.1", port)
         sub = cls(proto, r, w)
         proto.start()
@@ -221,8 +238,15 @@ class GhostNsqd:
         r, w = await asyncio.open_connection("127.0.0.1", lookupd.tcp_port)
         ghost = cls(r, w)
         w.write(b"  V1")
-        body = json.dumps({"broadcast_address": "127.0.0.1", "hostname": "ghost", "tcp_port": 1,
-                           "http_port": http_port, "version": "1.3.0"}).encode()
+        body = json.dumps(
+            {
+                "broadcast_address": "127.0.0.1",
+                "hostname": "ghost",
+                "tcp_port": 1,
+                "http_port": http_port,
+                "version": "1.3.0",
+            }
+        ).encode()
         await ghost.command(b"IDENTIFY\n" + struct.pack(">i", len(body)) + body)
         for topic in topics:
             assert await ghost.command(f"REGISTER {topic}\n".encode()) == b"OK"
@@ -256,8 +280,10 @@ class FakeGraphite:
         self.queries.append(request.rel_url.raw_query_string)
         if request.query.get("format") == "json":
             return web.json_response([{"target": "x", "datapoints": [[self.value, 1700000000]]}])
-        svg = ('<svg xmlns="http://www.w3.org/2000/svg" width="120" height="20">'
-               '<path d="M0 18L40 8L80 12L120 2" stroke="blue" fill="none"/></svg>')
+        svg = (
+            '<svg xmlns="http://www.w3.org/2000/svg" width="120" height="20">'
+            '<path d="M0 18L40 8L80 12L120 2" stroke="blue" fill="none"/></svg>'
+        )
         return web.Response(body=svg.encode(), content_type="image/svg+xml")
 
     async def start(self) -> FakeGraphite:
@@ -314,22 +340,31 @@ class Cluster:
 
     async def _start(self) -> None:
         self.lookupd = await self.stack.enter_async_context(
-            NSQLookupd(LookupdOptions(tcp_address="127.0.0.1:0", http_address="127.0.0.1:0")))
+            NSQLookupd(LookupdOptions(tcp_address="127.0.0.1:0", http_address="127.0.0.1:0"))
+        )
         options: list[dict[str, Any]] = [{}, {}]
         if self.secure:
             self.pki = make_pki(self.tmp / "pki")
             self.auth = await AuthServer().start()
             self.auth.answers["good"] = GRANT
             self.stack.push_async_callback(self.auth.stop)
-            options[1] = dict(tls_cert=self.pki.server_cert, tls_key=self.pki.server_key,
-                              auth_http_addresses=[self.auth.address])
+            options[1] = dict(
+                tls_cert=self.pki.server_cert,
+                tls_key=self.pki.server_key,
+                auth_http_addresses=[self.auth.address],
+            )
         for i, extra in enumerate(options):
             data = self.tmp / f"nsqd{i}"
             data.mkdir(parents=True, exist_ok=True)
             opts = NsqdOptions(
-                tcp_address="127.0.0.1:0", http_address="127.0.0.1:0", data_path=str(data),
-                broadcast_address="127.0.0.1", nsqlookupd_tcp_addresses=[self.lookupd.tcp_addr_str],
-                e2e_processing_latency_percentiles=[0.5, 0.99], **extra)
+                tcp_address="127.0.0.1:0",
+                http_address="127.0.0.1:0",
+                data_path=str(data),
+                broadcast_address="127.0.0.1",
+                nsqlookupd_tcp_addresses=[self.lookupd.tcp_addr_str],
+                e2e_processing_latency_percentiles=[0.5, 0.99],
+                **extra,
+            )
             self.nsqds.append(await self.stack.enter_async_context(NSQD(opts)))
 
     def tls_context(self) -> Any:
@@ -411,8 +446,7 @@ class Cluster:
     # --- writes --------------------------------------------------------------------------------
 
     def publish(self, i: int, topic: str, n: int, body: bytes = b"message") -> None:
-        status, text = http("POST", f"http://{self.nsqd_http(i)}/mpub?topic={topic}",
-                            b"\n".join([body] * n))
+        status, text = http("POST", f"http://{self.nsqd_http(i)}/mpub?topic={topic}", b"\n".join([body] * n))
         assert status == 200, text
 
     def nsqd_post(self, i: int, path: str) -> None:
@@ -425,6 +459,7 @@ class Cluster:
 
     def registered(self, topic: str, producers: int) -> None:
         """Wait until nsqlookupd lists ``producers`` producers of ``topic``."""
+
         def ok() -> bool:
             status, body = http("GET", f"http://{self.lookupd_http}/lookup?topic={topic}")
             return status == 200 and len(json.loads(body)["producers"]) == producers
@@ -438,6 +473,7 @@ class Cluster:
 
     def call(self, fn: Callable[[], Any]) -> Any:
         """Run a plain function on the cluster's loop (for Subscriber.send)."""
+
         async def wrap() -> Any:
             return fn()
 
@@ -471,8 +507,14 @@ class Browser:
         if user is not None:
             page.set_extra_http_headers({"X-Forwarded-User": user})
         page.on("pageerror", lambda e: self.errors.append(f"{page.url}: {e}"))
-        page.on("console", lambda m: self.errors.append(f"{page.url}: console.{m.type}: {m.text}")
-                if m.type == "error" and not _expected_console_error(m.text) else None)
+        page.on(
+            "console",
+            lambda m: (
+                self.errors.append(f"{page.url}: console.{m.type}: {m.text}")
+                if m.type == "error" and not _expected_console_error(m.text)
+                else None
+            ),
+        )
         return page
 
     def shot(self, page: Any, name: str) -> Path:

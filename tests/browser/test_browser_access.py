@@ -58,7 +58,8 @@ def admin_requests(page, env, admin: str) -> list[str]:
 
 def main_links(page) -> list[str]:
     return page.locator("main a[href]:not([data-external])").evaluate_all(
-        "as => as.map(a => a.getAttribute('href'))")
+        "as => as.map(a => a.getAttribute('href'))"
+    )
 
 
 def test_base_path_every_page(browser, env):
@@ -71,14 +72,22 @@ def test_base_path_every_page(browser, env):
     nav = page.get_by_role("navigation", name="Main")
 
     steps = [
-        (lambda: page.get_by_role("link", name="orders", exact=True).click(),
-         f"{BASE}/topics/orders", "topic"),
-        (lambda: page.locator('[data-table="channels"]').get_by_role("link", name="work").click(),
-         f"{BASE}/topics/orders/work", "channel"),
-        (lambda: nav.get_by_role("link", name="Nodes").click(),
-         f"{BASE}/nodes", "nodes"),
-        (lambda: page.locator(f'tr[data-node="{node}"] [data-col="broadcast_address"] a').click(),
-         f"{BASE}/nodes/{node}", "node"),
+        (
+            lambda: page.get_by_role("link", name="orders", exact=True).click(),
+            f"{BASE}/topics/orders",
+            "topic",
+        ),
+        (
+            lambda: page.locator('[data-table="channels"]').get_by_role("link", name="work").click(),
+            f"{BASE}/topics/orders/work",
+            "channel",
+        ),
+        (lambda: nav.get_by_role("link", name="Nodes").click(), f"{BASE}/nodes", "nodes"),
+        (
+            lambda: page.locator(f'tr[data-node="{node}"] [data-col="broadcast_address"] a').click(),
+            f"{BASE}/nodes/{node}",
+            "node",
+        ),
         (lambda: nav.get_by_role("link", name="Counter").click(), f"{BASE}/counter", "counter"),
         (lambda: nav.get_by_role("link", name="Lookup").click(), f"{BASE}/lookup", "lookup"),
         (lambda: nav.get_by_role("link", name="Streams").click(), BASE, "streams"),
@@ -95,15 +104,20 @@ def test_base_path_every_page(browser, env):
     assert page.evaluate("window.__same_document") is True
 
     # every page also opens from its URL (the server answers index.html under the prefix)
-    for path, name in [(f"{BASE}/topics/orders/work", "channel"), (f"{BASE}/nodes/{node}", "node"),
-                       (f"{BASE}/lookup", "lookup"), (f"{BASE}/", "streams")]:
+    for path, name in [
+        (f"{BASE}/topics/orders/work", "channel"),
+        (f"{BASE}/nodes/{node}", "node"),
+        (f"{BASE}/lookup", "lookup"),
+        (f"{BASE}/", "streams"),
+    ]:
         page.goto(env.url("prefixed", path))
         expect(page.locator(f'main [data-page="{name}"]')).to_have_count(1)
 
     # the live charts poll the time series under the prefix too
     page.goto(env.url("prefixed", f"{BASE}/topics/orders"))
     page.wait_for_function(
-        "() => Number(document.querySelector('[data-chart=rate] svg')?.dataset.points) >= 2")
+        "() => Number(document.querySelector('[data-chart=rate] svg')?.dataset.points) >= 2"
+    )
     assert any(p.startswith(f"{BASE}/api/series/topics/orders") for p in seen), seen
     assert any(p.startswith(f"{BASE}/static/") for p in seen), seen
     outside = [p for p in seen if p != BASE and not p.startswith(f"{BASE}/")]
@@ -117,14 +131,18 @@ def test_action_under_base_path(browser, env):
     page.goto(env.url("prefixed", f"{BASE}/topics/orders/work"))
     page.get_by_role("button", name="Pause Channel").click()
     page.get_by_role("dialog").locator("[data-confirm]").click()
-    wait_until(lambda: all(env.channel_stats(i, "orders", "work")["paused"] for i in (0, 1)),
-               what="orders/work paused through /admin/api")
+    wait_until(
+        lambda: all(env.channel_stats(i, "orders", "work")["paused"] for i in (0, 1)),
+        what="orders/work paused through /admin/api",
+    )
     expect(page.get_by_role("button", name="UnPause Channel")).to_be_visible()
     assert f"{BASE}/api/topics/orders/work" in seen
     page.get_by_role("button", name="UnPause Channel").click()
     page.get_by_role("dialog").locator("[data-confirm]").click()
-    wait_until(lambda: not any(env.channel_stats(i, "orders", "work")["paused"] for i in (0, 1)),
-               what="orders/work unpaused")
+    wait_until(
+        lambda: not any(env.channel_stats(i, "orders", "work")["paused"] for i in (0, 1)),
+        what="orders/work unpaused",
+    )
     browser.assert_no_errors()
 
 
@@ -134,8 +152,15 @@ def test_read_only_ui(browser, env):
     node = env.nsqd_http(0)
     env.lookupd_post("/topic/create?topic=idle")
     env.lookupd_post("/channel/create?topic=idle&channel=c")
-    pages = [("", "streams"), ("/topics/orders", "topic"), ("/topics/orders/work", "channel"),
-             ("/nodes", "nodes"), (f"/nodes/{node}", "node"), ("/counter", "counter"), ("/lookup", "lookup")]
+    pages = [
+        ("", "streams"),
+        ("/topics/orders", "topic"),
+        ("/topics/orders/work", "channel"),
+        ("/nodes", "nodes"),
+        (f"/nodes/{node}", "node"),
+        ("/counter", "counter"),
+        ("/lookup", "lookup"),
+    ]
     for path, name in pages:
         page.goto(env.url("prefixed", BASE + path))
         expect(page.locator(f'main [data-page="{name}"]')).to_have_count(1)
@@ -178,7 +203,8 @@ def test_graphite(browser, env):
     total_rate = page.locator('[data-table="topic-nodes"] tr[data-node="*"] [data-col="rate"]')
     expect(total_rate).to_have_text("2.00")
     expect(page.locator('[data-table="channels"] tr[data-channel="work"] [data-col="rate"]')).to_have_text(
-        "2.00")
+        "2.00"
+    )
     # sparklines under each row, linking to the large graphs
     images = page.locator("img.graphite")
     expect(images.first).to_be_visible()
@@ -190,13 +216,15 @@ def test_graphite(browser, env):
     link = page.locator('[data-table="topic-nodes"] tr.graph-row a').first
     expect(link).to_have_attribute("href", re.compile(r"/render\?.*width=800"))
     expect(page.locator('[data-table="topic-nodes"] tr.graph-row img').first).to_have_attribute(
-        "src", re.compile(r"from=-2h"))
+        "src", re.compile(r"from=-2h")
+    )
     browser.shot(page, "graphite-topic")
 
     # the timeframe menu: another interval redraws, "off" hides the graphs
     page.select_option("#graph-interval", "12h")
     expect(page.locator('[data-table="topic-nodes"] tr.graph-row img').first).to_have_attribute(
-        "src", re.compile(r"from=-12h"))
+        "src", re.compile(r"from=-12h")
+    )
     page.select_option("#graph-interval", "off")
     expect(page.locator("img.graphite")).to_have_count(0)
     expect(total_rate).to_have_text(re.compile(r"/s$"))

@@ -104,8 +104,9 @@ def test_channel_pause_unpause_empty_delete(browser, env):
     confirm(page, "Delete Channel", "delete")
     expect(page).to_have_url(env.url("main", "/topics/t2"))
     wait_until(lambda: all(env.channel_stats(i, "t2", "c") is None for i in (0, 1)), what="c deleted")
-    wait_until(lambda: "c" not in env.lookupd_get("/channels?topic=t2")["channels"],
-               what="c gone from nsqlookupd")
+    wait_until(
+        lambda: "c" not in env.lookupd_get("/channels?topic=t2")["channels"], what="c gone from nsqlookupd"
+    )
     expect(page.locator("[data-notice]")).to_contain_text("No channels exist for this topic")
     browser.assert_no_errors()
 
@@ -119,8 +120,11 @@ def _tombstoned(env, topic: str, i: int) -> bool:
     """As Go's nsqadmin does it: nsqlookupd no longer lists nsqd ``i`` as a producer of
     ``topic``, and that nsqd deleted it; the other nsqd keeps it."""
     other = 1 - i
-    return (env.topic_stats(i, topic) is None and env.topic_stats(other, topic) is not None
-            and _producers(env, topic) == [env.nsqds[other].http_port])
+    return (
+        env.topic_stats(i, topic) is None
+        and env.topic_stats(other, topic) is not None
+        and _producers(env, topic) == [env.nsqds[other].http_port]
+    )
 
 
 def test_tombstone_from_topic_page(browser, env):

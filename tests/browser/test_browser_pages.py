@@ -49,15 +49,31 @@ def env(tmp_path_factory):
         c.nsqd_post(0, "/channel/create?topic=live%23ephemeral&channel=tap%23ephemeral")
         c.nsqd_post(1, "/channel/pause?topic=orders&channel=archive")
 
-        a = c.subscribe(0, "orders", "work", snappy=True, user_agent="browser-test/snappy",
-                        client_id="worker-a", hostname="worker-a.example", msg_timeout=300_000)
+        a = c.subscribe(
+            0,
+            "orders",
+            "work",
+            snappy=True,
+            user_agent="browser-test/snappy",
+            client_id="worker-a",
+            hostname="worker-a.example",
+            msg_timeout=300_000,
+        )
         c.call(lambda: a.send(commands.rdy(10)))
         msgs = c.run(a.wait_messages(6))
         c.call(lambda: [a.send(commands.fin(m.id)) for m in msgs[:2]])
         c.call(lambda: a.send(commands.req(msgs[2].id, 600_000)))
 
-        b = c.subscribe(1, "orders", "work", tls_context=c.tls_context(), deflate=True,
-                        secret="good", user_agent="browser-test/tls", msg_timeout=300_000)
+        b = c.subscribe(
+            1,
+            "orders",
+            "work",
+            tls_context=c.tls_context(),
+            deflate=True,
+            secret="good",
+            user_agent="browser-test/tls",
+            msg_timeout=300_000,
+        )
         c.call(lambda: b.send(commands.rdy(1)))
         c.run(b.wait_messages(1))
 
@@ -69,8 +85,14 @@ def env(tmp_path_factory):
         def settled() -> bool:
             work = c.channel_stats(0, "orders", "work")
             slow_ch = c.channel_stats(0, "orders", "slow")
-            return bool(work and slow_ch and work["deferred_count"] == 1 and work["in_flight_count"] == 3
-                        and slow_ch["timeout_count"] == 1 and slow_ch["in_flight_count"] == 0)
+            return bool(
+                work
+                and slow_ch
+                and work["deferred_count"] == 1
+                and work["in_flight_count"] == 3
+                and slow_ch["timeout_count"] == 1
+                and slow_ch["in_flight_count"] == 0
+            )
 
         wait_until(settled, what="the consumers' state")
         c.registered("orders", 2)
@@ -94,8 +116,15 @@ def open_page(browser, env, path: str):
     return page
 
 
-CHANNEL_COLS = ["depth", "in_flight_count", "deferred_count", "requeue_count", "timeout_count",
-                "message_count", "client_count"]
+CHANNEL_COLS = [
+    "depth",
+    "in_flight_count",
+    "deferred_count",
+    "requeue_count",
+    "timeout_count",
+    "message_count",
+    "client_count",
+]
 
 
 def test_streams_page(browser, env):
@@ -140,8 +169,11 @@ def test_topic_page(browser, env):
     assert cell(total, "message_count") == sum(t["message_count"] for t in stats)
     # e2e percentiles (nsqd runs with 0.5 and 0.99)
     heads = table.locator("thead").inner_text()
-    assert "E2E Processing Latency" in heads and "50th" in heads.replace("\n", "") \
+    assert (
+        "E2E Processing Latency" in heads
+        and "50th" in heads.replace("\n", "")
         and "99th" in heads.replace("\n", "")
+    )
     # channels, summed across nodes
     names = sorted({c["channel_name"] for t in stats for c in t["channels"]})
     channels = page.locator('[data-table="channels"] tbody tr[data-channel]')
@@ -161,7 +193,8 @@ def test_topic_page(browser, env):
     expect(page.get_by_role("button", name=re.compile("^Tombstone "))).to_have_count(2)
     # live rate cells filled from /api/series
     expect(page.locator('[data-table="channels"] tr[data-channel="work"] [data-col="rate"]')).to_have_text(
-        re.compile(r"/s$"))
+        re.compile(r"/s$")
+    )
     browser.shot(page, "topic")
     browser.assert_no_errors()
 
@@ -176,7 +209,8 @@ def test_ephemeral_names_in_urls(browser, env):
     total = page.locator('[data-table="channel-nodes"] tr[data-node="*"]')
     expect(total.locator('[data-col="depth"]')).to_have_text("0")
     page.wait_for_function(
-        "() => Number(document.querySelector('[data-chart=depth] svg')?.dataset.points) >= 1")
+        "() => Number(document.querySelector('[data-chart=depth] svg')?.dataset.points) >= 1"
+    )
     browser.assert_no_errors()
 
 
@@ -230,7 +264,8 @@ def test_channel_page(browser, env):
     expect(auth).to_have_attribute("href", "http://people.example/ann")
     snappy = next(cl for _, cl in clients if cl["snappy"])
     expect(page.locator(f'tr[data-client="{snappy["remote_address"]}"] [data-col="host"]')).to_have_text(
-        f"worker-a.example:{snappy['remote_address'].rsplit(':', 1)[1]}")
+        f"worker-a.example:{snappy['remote_address'].rsplit(':', 1)[1]}"
+    )
     for action in ("empty", "delete", "pause"):
         expect(page.locator(f'[data-actions="channel"] [data-action="{action}"]')).to_be_visible()
     browser.shot(page, "channel")
@@ -299,12 +334,19 @@ def test_node_page_by_navigation(browser, env):
         expect(summary.locator('[data-col="message_count"]')).to_have_text(f"{t['message_count']:,}")
         for ch in t["channels"]:
             row = section.locator(f'tr[data-channel="{ch["channel_name"]}"]')
-            for col in ("depth", "in_flight_count", "deferred_count", "requeue_count", "timeout_count",
-                        "message_count"):
+            for col in (
+                "depth",
+                "in_flight_count",
+                "deferred_count",
+                "requeue_count",
+                "timeout_count",
+                "message_count",
+            ):
                 assert cell(row, col) == ch[col], (t["topic_name"], ch["channel_name"], col)
             assert cell(row, "client_count") == len(ch["clients"])
             expect(section.locator(f'tr[data-clients-of="{ch["channel_name"]}"] tbody tr')).to_have_count(
-                len(ch["clients"]))
+                len(ch["clients"])
+            )
         expect(section.get_by_role("button", name=re.compile("^Tombstone topic"))).to_have_count(1)
     client_row = page.locator('section[data-topic="orders"] tr[data-clients-of="work"] tbody tr')
     expect(client_row.locator('[data-col="user_agent"]')).to_have_text("browser-test/snappy")
@@ -359,18 +401,21 @@ def test_live_charts(browser, env):
     page.on("request", lambda r: series_urls.append(r.url) if "/api/series/" in r.url else None)
     rate_chart = page.locator('[data-chart="rate"] svg')
     page.wait_for_function(
-        "() => Number(document.querySelector('[data-chart=rate] svg')?.dataset.points) >= 3")
+        "() => Number(document.querySelector('[data-chart=rate] svg')?.dataset.points) >= 3"
+    )
     before = int(rate_chart.get_attribute("data-points"))
     depth_before = env.channel_stats(0, "bump", "c")["depth"]
     env.publish(0, "bump", 40)
     # the new depth shows in the legend, and the rate chart saw a non-zero rate
     expect(page.locator('[data-chart="depth"] .legend-value[data-series="c"]')).to_have_text(
-        f"{depth_before + 40}")
+        f"{depth_before + 40}"
+    )
     page.wait_for_function("() => Number(document.querySelector('[data-chart=rate] svg').dataset.max) > 0")
     assert int(rate_chart.get_attribute("data-points")) > before
     assert any("since=" in u for u in series_urls), series_urls
     expect(page.locator('[data-chart="rate"] path[data-series="published"]')).to_have_attribute(
-        "d", re.compile(r"^M[\d.]+ [\d.]+L"))
+        "d", re.compile(r"^M[\d.]+ [\d.]+L")
+    )
     expect(page.locator('tr[data-channel="c"] [data-col="spark"] svg')).to_have_count(2)
     browser.shot(page, "topic-charts")
 

@@ -41,5 +41,3 @@ def opts(tmp_path: Any, name: str, **kw: Any) -> Any:
     d = tmp_path / name
     d.mkdir(exist_ok=True)
     return make_options(d, **kw)
-
-

@@ -192,8 +192,11 @@ async def test_cancelled_waits_do_not_pile_up(nsqd: NSQD) -> None:
 @given(
     mif=st.integers(1, 12),
     ops=st.lists(
-        st.tuples(st.sampled_from(["add", "remove", "msg", "fin", "req", "reqnb", "tick"]),
-                  st.integers(0, 3), st.integers(1, 6)),
+        st.tuples(
+            st.sampled_from(["add", "remove", "msg", "fin", "req", "reqnb", "tick"]),
+            st.integers(0, 3),
+            st.integers(1, 6),
+        ),
         max_size=80,
     ),
 )

@@ -7,10 +7,9 @@ import asyncio
 import pytest
 from aiohttp import web
 from client_helpers import channel_stats, opts
-from support import free_port
-from support import wait_for
+from support import free_port, wait_for
 
-from nsqpy.client import Consumer, ConnectionConfig, ExponentialBackoff, Message, Producer, RequeueMessage
+from nsqpy.client import ConnectionConfig, Consumer, ExponentialBackoff, Message, Producer, RequeueMessage
 from nsqpy.nsqd.nsqd import NSQD
 
 pytestmark = pytest.mark.timeout(60)
@@ -71,6 +70,7 @@ async def test_max_in_flight_respected(nsqd: NSQD) -> None:
     await publish(nsqd, "m", [b"x"] * 50)
     held: list[Message] = []
     async with Consumer("m", "c", nsqd_tcp_addresses=[addr(nsqd)], max_in_flight=7) as c:
+
         async def take() -> None:
             async for msg in c:
                 held.append(msg)
@@ -115,8 +115,14 @@ async def test_backoff_engages_and_recovers(nsqd: NSQD) -> None:
     await publish(nsqd, "b", [b"%d" % i for i in range(6)])
     fail = True
     seen_rdy0 = False
-    async with Consumer("b", "c", nsqd_tcp_addresses=[addr(nsqd)], max_in_flight=5,
-                        backoff=ExponentialBackoff(0.05), max_backoff_duration=1.0) as c:
+    async with Consumer(
+        "b",
+        "c",
+        nsqd_tcp_addresses=[addr(nsqd)],
+        max_in_flight=5,
+        backoff=ExponentialBackoff(0.05),
+        max_backoff_duration=1.0,
+    ) as c:
         async for msg in c:
             if fail:
                 fail = False
@@ -141,8 +147,10 @@ async def test_requeue_attempts_and_giving_up(nsqd: NSQD) -> None:
     async def hook(m: Message) -> None:
         given_up.append(m)
 
-    async with Consumer("g", "c", nsqd_tcp_addresses=[addr(nsqd)], max_attempts=3,
-                        on_giving_up=hook, max_backoff_duration=0) as c:
+    async with Consumer(
+        "g", "c", nsqd_tcp_addresses=[addr(nsqd)], max_attempts=3, on_giving_up=hook, max_backoff_duration=0
+    ) as c:
+
         async def consume() -> None:
             async for msg in c:
                 attempts.append(msg.attempts)
@@ -163,15 +171,17 @@ async def _channel_empty(d: NSQD, topic: str) -> bool:
 
 
 def test_automatic_requeue_delay() -> None:
-    c = Consumer("t", "c", nsqd_tcp_addresses=["127.0.0.1:1"], default_requeue_delay=90,
-                 max_requeue_delay=900)
+    c = Consumer(
+        "t", "c", nsqd_tcp_addresses=["127.0.0.1:1"], default_requeue_delay=90, max_requeue_delay=900
+    )
     assert c.requeue_delay(1) == 90 and c.requeue_delay(3) == 270 and c.requeue_delay(50) == 900
 
 
 async def test_automatic_requeue_delay_on_wire(nsqd: NSQD) -> None:
     await publish(nsqd, "d", [b"x"])
-    async with Consumer("d", "c", nsqd_tcp_addresses=[addr(nsqd)], default_requeue_delay=30,
-                        max_backoff_duration=0) as c:
+    async with Consumer(
+        "d", "c", nsqd_tcp_addresses=[addr(nsqd)], default_requeue_delay=30, max_backoff_duration=0
+    ) as c:
         async for msg in c:
             async with msg.process():
                 raise ValueError("boom")  # → REQ with 30 s × 1 attempt
@@ -215,8 +225,8 @@ async def test_consumer_reconnects_after_nsqd_restart(tmp_path) -> None:
     got: list[bytes] = []
     try:
         await publish(d, "r", [b"before"])
-        async with Consumer("r", "c", nsqd_tcp_addresses=[f"127.0.0.1:{port}"],
-                            reconnect_interval=0.05) as c:
+        async with Consumer("r", "c", nsqd_tcp_addresses=[f"127.0.0.1:{port}"], reconnect_interval=0.05) as c:
+
             async def consume() -> None:
                 async for msg in c:
                     got.append(msg.body)
@@ -254,13 +264,21 @@ async def fake_lookupd(producers: dict[str, list[dict[str, object]]]) -> tuple[w
 
 
 def producer(d: NSQD) -> dict[str, object]:
-    return {"broadcast_address": "127.0.0.1", "hostname": "h", "tcp_port": d.tcp_port,
-            "http_port": d.http_port, "version": "1.3.0"}
+    return {
+        "broadcast_address": "127.0.0.1",
+        "hostname": "h",
+        "tcp_port": d.tcp_port,
+        "http_port": d.http_port,
+        "version": "1.3.0",
+    }
 
 
 async def test_discovery_through_lookupds(tmp_path) -> None:
-    async with NSQD(opts(tmp_path, "a")) as a, NSQD(opts(tmp_path, "b")) as b, \
-            NSQD(opts(tmp_path, "c")) as cc:
+    async with (
+        NSQD(opts(tmp_path, "a")) as a,
+        NSQD(opts(tmp_path, "b")) as b,
+        NSQD(opts(tmp_path, "c")) as cc,
+    ):
         for i, d in enumerate((a, b, cc)):
             await publish(d, "disc", [b"from-%d" % i])
         # two lookupds that know overlapping sets: the union is used, each nsqd once
@@ -268,8 +286,13 @@ async def test_discovery_through_lookupds(tmp_path) -> None:
         r2, p2 = await fake_lookupd({"disc": [producer(b), producer(cc)]})
         try:
             got: list[bytes] = []
-            async with Consumer("disc", "c", lookupd_http_addresses=[f"127.0.0.1:{p1}", f"http://127.0.0.1:{p2}"],
-                                max_in_flight=10, lookupd_poll_interval=0.05) as c:
+            async with Consumer(
+                "disc",
+                "c",
+                lookupd_http_addresses=[f"127.0.0.1:{p1}", f"http://127.0.0.1:{p2}"],
+                max_in_flight=10,
+                lookupd_poll_interval=0.05,
+            ) as c:
                 async for msg in c:
                     got.append(msg.body)
                     await msg.fin()
@@ -289,8 +312,9 @@ async def test_discovered_nsqd_reconnects_via_lookupd(tmp_path) -> None:
     prods: dict[str, list[dict[str, object]]] = {"x": [producer(d)]}
     runner, lport = await fake_lookupd(prods)
     try:
-        async with Consumer("x", "c", lookupd_http_addresses=[f"127.0.0.1:{lport}"],
-                            lookupd_poll_interval=0.05) as c:
+        async with Consumer(
+            "x", "c", lookupd_http_addresses=[f"127.0.0.1:{lport}"], lookupd_poll_interval=0.05
+        ) as c:
             await c.wait_connected(1)
             prods["x"] = []  # the nsqd goes away from lookupd as well
             await d.stop()
@@ -316,9 +340,14 @@ async def test_max_in_flight_below_connections(tmp_path) -> None:
         async with NSQD(opts(tmp_path, "c")) as cc:
             await publish(cc, "low", [b"y"])
             got: list[bytes] = []
-            async with Consumer("low", "c", nsqd_tcp_addresses=[addr(a), addr(b), addr(cc)],
-                                max_in_flight=1, low_rdy_idle_timeout=1.0,
-                                rdy_redistribute_interval=0.05) as c:
+            async with Consumer(
+                "low",
+                "c",
+                nsqd_tcp_addresses=[addr(a), addr(b), addr(cc)],
+                max_in_flight=1,
+                low_rdy_idle_timeout=1.0,
+                rdy_redistribute_interval=0.05,
+            ) as c:
                 await c.wait_connected(3)
                 async for msg in c:
                     # never more than one RDY in total across the three nsqd
@@ -344,16 +373,23 @@ async def test_discovery_through_real_nsqlookupd(tmp_path) -> None:
 
     async with NSQLookupd(LookupdOptions(tcp_address="127.0.0.1:0", http_address="127.0.0.1:0")) as lk:
         reg = [f"127.0.0.1:{lk.tcp_port}"]
-        nsqds = [NSQD(opts(tmp_path, n, nsqlookupd_tcp_addresses=reg, broadcast_address="127.0.0.1"))
-                 for n in ("a", "b", "c")]
+        nsqds = [
+            NSQD(opts(tmp_path, n, nsqlookupd_tcp_addresses=reg, broadcast_address="127.0.0.1"))
+            for n in ("a", "b", "c")
+        ]
         for d in nsqds:
             await d.start()
         try:
             for i, d in enumerate(nsqds):
                 await publish(d, "real", [b"n%d" % i])
             got: list[bytes] = []
-            async with Consumer("real", "c", lookupd_http_addresses=[f"127.0.0.1:{lk.http_port}"],
-                                max_in_flight=30, lookupd_poll_interval=0.05) as c:
+            async with Consumer(
+                "real",
+                "c",
+                lookupd_http_addresses=[f"127.0.0.1:{lk.http_port}"],
+                max_in_flight=30,
+                lookupd_poll_interval=0.05,
+            ) as c:
                 async for msg in c:
                     got.append(msg.body)
                     await msg.fin()

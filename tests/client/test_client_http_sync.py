@@ -10,8 +10,8 @@ from support import wait_for
 
 from nsqpy.client import (
     LookupdHTTPClient,
-    NSQHTTPError,
     NsqdHTTPClient,
+    NSQHTTPError,
     SyncConsumer,
     SyncProducer,
 )
@@ -55,8 +55,12 @@ async def test_lookupd_http_client(tmp_path) -> None:
     from nsqpy.nsqlookupd import Options as LookupdOptions
 
     async with NSQLookupd(LookupdOptions(tcp_address="127.0.0.1:0", http_address="127.0.0.1:0")) as lk:
-        o = opts(tmp_path, "d", nsqlookupd_tcp_addresses=[f"127.0.0.1:{lk.tcp_port}"],
-                 broadcast_address="127.0.0.1")
+        o = opts(
+            tmp_path,
+            "d",
+            nsqlookupd_tcp_addresses=[f"127.0.0.1:{lk.tcp_port}"],
+            broadcast_address="127.0.0.1",
+        )
         async with NSQD(o) as d, LookupdHTTPClient(f"http://127.0.0.1:{lk.http_port}") as h:
             assert await h.ping() == "OK"
             async with NsqdHTTPClient(f"127.0.0.1:{d.http_port}") as nsqd_http:
@@ -108,7 +112,7 @@ async def test_sync_producer_and_consumer(nsqd: NSQD) -> None:
                 with pytest.raises(TimeoutError):
                     c.next(timeout=0.2)
             result["got"] = got
-        except BaseException as e:  # noqa: BLE001 - reported to the test
+        except BaseException as e:
             result["error"] = e
 
     # The in-process nsqd runs on this test's loop: run the blocking script in a thread.

@@ -21,13 +21,26 @@ pytestmark = pytest.mark.timeout(60)
 
 
 def test_go_option_names_for_the_connection_features(tmp_path) -> None:
-    c = ConnectionConfig.from_go_options([
-        "tls_v1,true", "tls_insecure_skip_verify,true", "tls_root_ca_file,ca.pem",
-        "tls_cert,client.crt", "tls_key,client.key", "tls_min_version,tls1.2", "snappy,true",
-        "auth_secret,s3cr3t", "sample_rate,25", "output_buffer_size,-1",
-        "output_buffer_timeout,100ms", "heartbeat_interval,10s", "msg_timeout,2m",
-        "user_agent,my-app/1.0", "deflate_level,3", "skip_lookupd_authorization,false",
-    ])
+    c = ConnectionConfig.from_go_options(
+        [
+            "tls_v1,true",
+            "tls_insecure_skip_verify,true",
+            "tls_root_ca_file,ca.pem",
+            "tls_cert,client.crt",
+            "tls_key,client.key",
+            "tls_min_version,tls1.2",
+            "snappy,true",
+            "auth_secret,s3cr3t",
+            "sample_rate,25",
+            "output_buffer_size,-1",
+            "output_buffer_timeout,100ms",
+            "heartbeat_interval,10s",
+            "msg_timeout,2m",
+            "user_agent,my-app/1.0",
+            "deflate_level,3",
+            "skip_lookupd_authorization,false",
+        ]
+    )
     assert (c.tls_v1, c.tls_insecure_skip_verify, c.tls_root_ca_file) == (True, True, "ca.pem")
     assert (c.tls_cert, c.tls_key, c.tls_min_version) == ("client.crt", "client.key", "tls1.2")
     assert (c.snappy, c.deflate, c.deflate_level) == (True, False, 3)
@@ -59,10 +72,14 @@ def test_the_secret_stays_out_of_repr() -> None:
         ({"snappy": True, "deflate": True}, "both deflate and snappy"),
         ({"deflate_level": 10}, "deflate_level"),
         ({"sample_rate": 100}, "sample_rate"),
-        ({"tls_context": ssl.create_default_context(), "tls_root_ca_file": "ca.pem"},
-         "tls_context replaces tls_root_ca_file"),
-        ({"tls_context": ssl.create_default_context(), "tls_insecure_skip_verify": True},
-         "tls_context replaces tls_insecure_skip_verify"),
+        (
+            {"tls_context": ssl.create_default_context(), "tls_root_ca_file": "ca.pem"},
+            "tls_context replaces tls_root_ca_file",
+        ),
+        (
+            {"tls_context": ssl.create_default_context(), "tls_insecure_skip_verify": True},
+            "tls_context replaces tls_insecure_skip_verify",
+        ),
     ],
 )
 def test_invalid_combinations(kwargs: dict[str, Any], error: str) -> None:
@@ -116,20 +133,38 @@ class FakeLookupd:
 async def test_lookupd_queries_carry_the_bearer_secret(tmp_path) -> None:
     pki = make_pki(tmp_path / "pki")
     authd = await AuthServer().start()
-    o = opts(tmp_path, "d", tls_cert=pki.server_cert, tls_key=pki.server_key,
-             https_address="127.0.0.1:0", auth_http_addresses=[authd.address])
+    o = opts(
+        tmp_path,
+        "d",
+        tls_cert=pki.server_cert,
+        tls_key=pki.server_key,
+        https_address="127.0.0.1:0",
+        auth_http_addresses=[authd.address],
+    )
     try:
         async with NSQD(o) as d:
-            lookupd = await FakeLookupd({"broadcast_address": "127.0.0.1", "hostname": "h",
-                                         "tcp_port": d.tcp_port, "http_port": d.http_port,
-                                         "version": "1.3.0"}).start()
+            lookupd = await FakeLookupd(
+                {
+                    "broadcast_address": "127.0.0.1",
+                    "hostname": "h",
+                    "tcp_port": d.tcp_port,
+                    "http_port": d.http_port,
+                    "version": "1.3.0",
+                }
+            ).start()
             try:
-                cfg = ConnectionConfig(tls_v1=True, tls_root_ca_file=pki.ca_cert, snappy=True,
-                                       auth_secret="good")
+                cfg = ConnectionConfig(
+                    tls_v1=True, tls_root_ca_file=pki.ca_cert, snappy=True, auth_secret="good"
+                )
                 async with Producer(f"127.0.0.1:{d.tcp_port}", config=cfg) as p:
                     await p.publish("orders", b"found through lookupd")
-                async with Consumer("orders", "c", lookupd_http_addresses=f"127.0.0.1:{lookupd.port}",
-                                    config=cfg, lookupd_poll_interval=0.1) as c:
+                async with Consumer(
+                    "orders",
+                    "c",
+                    lookupd_http_addresses=f"127.0.0.1:{lookupd.port}",
+                    config=cfg,
+                    lookupd_poll_interval=0.1,
+                ) as c:
                     msg = await anext(aiter(c))
                     assert msg.body == b"found through lookupd"
                     msg.finish()
@@ -139,11 +174,15 @@ async def test_lookupd_queries_carry_the_bearer_secret(tmp_path) -> None:
 
                 # go-nsq's skip_lookupd_authorization=false (it means "don't send it"), or no
                 # secret at all: no header
-                for quiet in (cfg.replace(skip_lookupd_authorization=False),
-                              ConnectionConfig()):
+                for quiet in (cfg.replace(skip_lookupd_authorization=False), ConnectionConfig()):
                     lookupd.headers.clear()
-                    c = Consumer("orders", "c2", lookupd_http_addresses=f"127.0.0.1:{lookupd.port}",
-                                 config=quiet, lookupd_poll_interval=0.1)
+                    c = Consumer(
+                        "orders",
+                        "c2",
+                        lookupd_http_addresses=f"127.0.0.1:{lookupd.port}",
+                        config=quiet,
+                        lookupd_poll_interval=0.1,
+                    )
                     async with c:
                         await wait_for(lambda: lookupd.headers, timeout=5)
                     assert "Authorization" not in lookupd.headers[0]

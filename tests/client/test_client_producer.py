@@ -7,8 +7,7 @@ import json
 
 import pytest
 from client_helpers import opts, topic_depth
-from support import free_port
-from support import RawClient, wait_for
+from support import RawClient, free_port, wait_for
 
 from nsqpy.client import (
     BadMessageError,
@@ -46,8 +45,14 @@ def test_error_classes() -> None:
 
 def test_config_from_go_options() -> None:
     c = ConnectionConfig.from_go_options(
-        {"max_in_flight": "200", "read-timeout": "45s", "backoff_strategy": "full_jitter",
-         "lookupd_poll_jitter": "0.5", "snappy": "false", "msg_timeout": "1m30s"}
+        {
+            "max_in_flight": "200",
+            "read-timeout": "45s",
+            "backoff_strategy": "full_jitter",
+            "lookupd_poll_jitter": "0.5",
+            "snappy": "false",
+            "msg_timeout": "1m30s",
+        }
     )
     assert c.max_in_flight == 200 and c.read_timeout == 45.0 and c.backoff_strategy == "full_jitter"
     assert c.lookupd_poll_jitter == 0.5 and c.msg_timeout == 90.0 and c.snappy is False
@@ -69,15 +74,16 @@ def test_tls_files_that_cannot_be_loaded_are_refused_at_once(tmp_path) -> None:
     cfg = ConnectionConfig(tls_v1=True, tls_root_ca_file=missing)
     with pytest.raises(UnsupportedFeatureError, match="tls_root_ca_file="):
         Producer("127.0.0.1:1", config=cfg)
-    with pytest.raises(UnsupportedFeatureError, match="missing-ca.pem"):
+    with pytest.raises(UnsupportedFeatureError, match=r"missing-ca\.pem"):
         Connection("127.0.0.1:1", cfg)
     # TLS and compression themselves are supported now
     Connection("127.0.0.1:1", ConnectionConfig(tls_v1=True, tls_insecure_skip_verify=True, snappy=True))
 
 
 async def test_connection_identify_and_heartbeat(nsqd: NSQD) -> None:
-    conn = Connection(f"127.0.0.1:{nsqd.tcp_port}", ConnectionConfig(heartbeat_interval=1.0,
-                                                                       read_timeout=1.5))
+    conn = Connection(
+        f"127.0.0.1:{nsqd.tcp_port}", ConnectionConfig(heartbeat_interval=1.0, read_timeout=1.5)
+    )
     await conn.connect()
     assert conn.max_rdy_count == 2500
     assert conn.server_settings["max_msg_timeout"] == 900000
@@ -102,8 +108,7 @@ async def test_publish_results_in_order(nsqd: NSQD) -> None:
             await p.publish("t1", b"")
         # A server-side error (message too big) is a typed error for that call only.
         big = b"x" * (nsqd.options.max_msg_size + 1)
-        results = await asyncio.gather(p.publish("t1", b"ok1"), p.publish("t1", big),
-                                       return_exceptions=True)
+        results = await asyncio.gather(p.publish("t1", b"ok1"), p.publish("t1", big), return_exceptions=True)
         assert results[0] is None
         assert isinstance(results[1], BadMessageError), results
         await p.publish("t1", b"after")

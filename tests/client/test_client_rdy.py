@@ -261,8 +261,11 @@ def test_backoff_without_connections_waits() -> None:
 @given(
     mif=st.integers(0, 12),
     ops=st.lists(
-        st.tuples(st.sampled_from(["add", "remove", "msg", "fin", "req", "reqnb", "tick", "mif"]),
-                  st.integers(0, 5), st.integers(0, 12)),
+        st.tuples(
+            st.sampled_from(["add", "remove", "msg", "fin", "req", "reqnb", "tick", "mif"]),
+            st.integers(0, 5),
+            st.integers(0, 12),
+        ),
         max_size=80,
     ),
 )

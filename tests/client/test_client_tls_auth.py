@@ -53,8 +53,7 @@ async def authd():
 
 def nsqd_options(tmp_path: Any, pki: Any, authd: AuthServer | None, name: str = "d", **kw: Any) -> Any:
     """nsqd with a certificate (so it agrees to TLS when asked) and AUTH through ``authd``."""
-    base: dict[str, Any] = dict(tls_cert=pki.server_cert, tls_key=pki.server_key,
-                                https_address="127.0.0.1:0")
+    base: dict[str, Any] = dict(tls_cert=pki.server_cert, tls_key=pki.server_key, https_address="127.0.0.1:0")
     if authd is not None:
         base["auth_http_addresses"] = [authd.address]
     base.update(kw)
@@ -93,8 +92,13 @@ def features(client: dict[str, Any]) -> dict[str, Any]:
 
 
 def expected_features(combo: dict[str, bool]) -> dict[str, Any]:
-    return {"tls": combo.get("tls", False), "snappy": combo.get("snappy", False),
-            "deflate": combo.get("deflate", False), "authed": True, "auth_identity": "ann"}
+    return {
+        "tls": combo.get("tls", False),
+        "snappy": combo.get("snappy", False),
+        "deflate": combo.get("deflate", False),
+        "authed": True,
+        "auth_identity": "ann",
+    }
 
 
 async def channel_clients(d: NSQD, channel: str) -> list[dict[str, Any]]:
@@ -126,8 +130,9 @@ async def test_every_combination_with_auth(tmp_path, pki, authd, combo) -> None:
             await p.publish(TOPIC, bodies[0])
             await p.publish_many(TOPIC, bodies[1:])
             (pconn,) = p.connections.values()
-            assert pconn.compression == ("snappy" if combo.get("snappy") else
-                                         "deflate" if combo.get("deflate") else None)
+            assert pconn.compression == (
+                "snappy" if combo.get("snappy") else "deflate" if combo.get("deflate") else None
+            )
             assert pconn.tls_version.startswith("TLS1.") == combo.get("tls", False)
             assert pconn.auth is not None and pconn.auth["identity"] == "ann"
             stats = await nsqd_stats(d.http_port)
@@ -187,8 +192,9 @@ async def test_wrong_or_missing_secret_raises_typed_errors(tmp_path, pki, authd,
                 await p.wait_connected(30)
             assert loop.time() - t0 < 10
         # Consumer: wait_connected raises it; the consumer keeps retrying meanwhile
-        async with Consumer(TOPIC, "c", nsqd_tcp_addresses=addr(d), config=wrong,
-                            reconnect_interval=0.05) as c:
+        async with Consumer(
+            TOPIC, "c", nsqd_tcp_addresses=addr(d), config=wrong, reconnect_interval=0.05
+        ) as c:
             with pytest.raises(AuthFailedError):
                 await c.wait_connected(timeout=30)
             assert isinstance(c.errors[addr(d)], AuthFailedError)
@@ -202,7 +208,7 @@ async def test_wrong_or_missing_secret_raises_typed_errors(tmp_path, pki, authd,
 
         # authorized, but not for this topic: that publish only is refused (typed)
         async with Producer(addr(d), config=client_config(pki, {})) as p:
-            with pytest.raises(UnauthorizedError, match="PUB on \"audit\""):
+            with pytest.raises(UnauthorizedError, match='PUB on "audit"'):
                 await p.publish("audit", b"not allowed")
             await p.publish(TOPIC, b"allowed")  # a new connection, AUTHed again
     assert "s3cr3t-wrong" not in caplog.text
@@ -217,8 +223,7 @@ async def test_producer_reauthenticates_after_its_authorization_expired(tmp_path
     authd.answers["short"] = dict(GRANT, ttl=1)
     async with NSQD(nsqd_options(tmp_path, pki, authd)) as d:
         cfg = client_config(pki, {"tls": True, "snappy": True}, secret="short")
-        async with Producer(addr(d), config=cfg, reconnect_interval=0.05,
-                            max_reconnect_interval=0.2) as p:
+        async with Producer(addr(d), config=cfg, reconnect_interval=0.05, max_reconnect_interval=0.2) as p:
             await p.publish(TOPIC, b"before")
             authd.answers["short"] = (403, b"revoked")
 
@@ -257,9 +262,17 @@ async def test_consumer_reconnects_and_reauthenticates(tmp_path, pki, authd) -> 
     authd.answers["short"] = dict(GRANT, ttl=1)
     async with NSQD(nsqd_options(tmp_path, pki, authd)) as d:
         cfg = client_config(pki, {"tls": True, "deflate": True}, secret="short")
-        async with Producer(addr(d), config=client_config(pki, {})) as p, \
-                Consumer(TOPIC, "c", nsqd_tcp_addresses=addr(d), config=cfg,
-                         reconnect_interval=0.05, lookupd_poll_interval=0.2) as c:
+        async with (
+            Producer(addr(d), config=client_config(pki, {})) as p,
+            Consumer(
+                TOPIC,
+                "c",
+                nsqd_tcp_addresses=addr(d),
+                config=cfg,
+                reconnect_interval=0.05,
+                lookupd_poll_interval=0.2,
+            ) as c,
+        ):
             await c.wait_connected()
             await p.publish(TOPIC, b"one")
             assert await consume(c, 1) == [b"one"]
@@ -308,18 +321,25 @@ async def test_tls_name_mismatch(tmp_path, pki) -> None:
     fails verification (go-nsq checks the name of the host it dialled)."""
     async with NSQD(nsqd_options(tmp_path, pki, None, tcp_address="127.0.0.2:0")) as d:
         with pytest.raises(TLSError, match="certificate verify failed: IP address mismatch"):
-            await Connection(f"127.0.0.2:{d.tcp_port}",
-                             ConnectionConfig(tls_v1=True, tls_root_ca_file=pki.ca_cert)).connect()
+            await Connection(
+                f"127.0.0.2:{d.tcp_port}", ConnectionConfig(tls_v1=True, tls_root_ca_file=pki.ca_cert)
+            ).connect()
 
 
 async def test_client_certificate_through_options_and_tls_context(tmp_path, pki, authd) -> None:
     """nsqd requires a verified client certificate; its common name goes to the auth server.
     The certificate comes from tls_cert/tls_key, or from the caller's own SSLContext."""
-    o = nsqd_options(tmp_path, pki, authd, tls_client_auth_policy="require-verify",
-                     tls_root_ca_file=pki.ca_cert)
+    o = nsqd_options(
+        tmp_path, pki, authd, tls_client_auth_policy="require-verify", tls_root_ca_file=pki.ca_cert
+    )
     async with NSQD(o) as d:
-        by_files = ConnectionConfig(tls_v1=True, tls_root_ca_file=pki.ca_cert, tls_cert=pki.client_cert,
-                                    tls_key=pki.client_key, auth_secret="good")
+        by_files = ConnectionConfig(
+            tls_v1=True,
+            tls_root_ca_file=pki.ca_cert,
+            tls_cert=pki.client_cert,
+            tls_key=pki.client_key,
+            auth_secret="good",
+        )
         ctx = ssl.create_default_context(cafile=pki.ca_cert)
         ctx.load_cert_chain(pki.client_cert, pki.client_key)
         by_context = ConnectionConfig(tls_context=ctx, auth_secret="good", snappy=True)
@@ -330,8 +350,9 @@ async def test_client_certificate_through_options_and_tls_context(tmp_path, pki,
         assert [r["common_name"] for r in authd.requests] == ["client.nsqpy", "client.nsqpy"]
         # without a client certificate, nsqd refuses the handshake
         with pytest.raises((TLSError, ConnectionError)):
-            await Connection(addr(d), ConnectionConfig(tls_v1=True, tls_root_ca_file=pki.ca_cert,
-                                                       auth_secret="good")).connect()
+            await Connection(
+                addr(d), ConnectionConfig(tls_v1=True, tls_root_ca_file=pki.ca_cert, auth_secret="good")
+            ).connect()
 
 
 async def test_server_that_declines_tls_and_compression(tmp_path, pki, caplog) -> None:
@@ -347,10 +368,15 @@ async def test_server_that_declines_tls_and_compression(tmp_path, pki, caplog) -
                 (conn,) = p.connections.values()
                 assert conn.compression is None and conn.tls_version == ""
             stats = await nsqd_stats(d.http_port)
-            assert all(not c["tls"] and not c["snappy"] and not c["deflate"]
-                       for c in stats["producers"] or [])
-        async with Consumer(TOPIC, "c", nsqd_tcp_addresses=addr(d),
-                            config=client_config(pki, {"tls": True, "snappy": True}, secret="")) as c:
+            assert all(
+                not c["tls"] and not c["snappy"] and not c["deflate"] for c in stats["producers"] or []
+            )
+        async with Consumer(
+            TOPIC,
+            "c",
+            nsqd_tcp_addresses=addr(d),
+            config=client_config(pki, {"tls": True, "snappy": True}, secret=""),
+        ) as c:
             assert await consume(c, 2) == [b"plain", b"plain"]
     assert "TLS was asked for but nsqd did not enable it" in caplog.text
     assert "declined snappy compression" in caplog.text
@@ -412,8 +438,7 @@ async def test_consumer_closed_for_failed_reauthorization_reconnects_and_auths_a
     address = await fake.start()
     try:
         cfg = ConnectionConfig(auth_secret="good")
-        async with Consumer("t", "c", nsqd_tcp_addresses=address, config=cfg,
-                            reconnect_interval=0.05) as c:
+        async with Consumer("t", "c", nsqd_tcp_addresses=address, config=cfg, reconnect_interval=0.05) as c:
             msg = await asyncio.wait_for(anext(aiter(c)), 10)
             assert msg.body == b"after re-auth"
             msg.finish()

@@ -60,9 +60,7 @@ def run_script(
 class DaemonProcess:
     """One daemon started from its console script; output captured to files in ``log_dir``."""
 
-    def __init__(
-        self, name: str, args: Sequence[str], log_dir: Path, cwd: str | None = None
-    ) -> None:
+    def __init__(self, name: str, args: Sequence[str], log_dir: Path, cwd: str | None = None) -> None:
         self.name = name
         self.args = [script(name), *args]
         self.log_dir = Path(log_dir)
@@ -95,9 +93,7 @@ class DaemonProcess:
     def is_running(self) -> bool:
         return self.proc is not None and self.proc.poll() is None
 
-    def wait_for_addresses(
-        self, kinds: Sequence[str] = ("TCP",), timeout: float = 15.0
-    ) -> dict[str, str]:
+    def wait_for_addresses(self, kinds: Sequence[str] = ("TCP",), timeout: float = 15.0) -> dict[str, str]:
         """Poll stdout until an address line for each of ``kinds`` was printed."""
         deadline = time.monotonic() + timeout
         while True:
@@ -108,13 +104,11 @@ class DaemonProcess:
             if code is not None:
                 self._parse_addresses()
                 raise RuntimeError(
-                    f"{self.name} exited with {code} before printing its addresses\n"
-                    + self.describe()
+                    f"{self.name} exited with {code} before printing its addresses\n" + self.describe()
                 )
             if time.monotonic() > deadline:
                 raise TimeoutError(
-                    f"{self.name} printed no {list(kinds)} address within {timeout}s\n"
-                    + self.describe()
+                    f"{self.name} printed no {list(kinds)} address within {timeout}s\n" + self.describe()
                 )
             time.sleep(0.02)
 
@@ -291,9 +285,7 @@ def nsqlookupd_fixture(tmp_path: Path, *extra_args: str) -> Iterator[NsqlookupdP
     finally:
         code = p.stop()
     assert code == 0, f"nsqlookupd did not exit cleanly on SIGTERM (code {code})\n{p.describe()}"
-    assert "Traceback" not in p.stderr(), (
-        f"nsqlookupd logged an unhandled exception\n{p.describe(20000)}"
-    )
+    assert "Traceback" not in p.stderr(), f"nsqlookupd logged an unhandled exception\n{p.describe(20000)}"
 
 
 def http_request(
@@ -317,9 +309,7 @@ def tcp_alive(host: str, port: int, timeout: float = 2.0) -> bool:
         return False
 
 
-def run_driver(
-    script_path: Path, spec_json: str, timeout: float
-) -> subprocess.CompletedProcess[str]:
+def run_driver(script_path: Path, spec_json: str, timeout: float) -> subprocess.CompletedProcess[str]:
     """Run a Python client-driver script (in this venv) in its own process with a hard
     timeout; the spec goes to stdin as JSON, the result comes back on stdout."""
     env = dict(os.environ)

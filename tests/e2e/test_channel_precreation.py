@@ -7,9 +7,8 @@ from __future__ import annotations
 import json
 
 import pytest
-from support import wait_until
-
 from e2e.proc import NsqdProcess, NsqlookupdProcess
+from support import wait_until
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -25,22 +24,29 @@ def test_registered_channels_exist_before_the_first_message(tmp_path):
     lookupd = NsqlookupdProcess(tmp_path / "lookupd").start()
     nsqd = None
     try:
-        nsqd = NsqdProcess(tmp_path / "nsqd", f"--lookupd-tcp-address={lookupd.tcp_address}",
-                           "--broadcast-address=127.0.0.1").start()
-        wait_until(lambda: json.loads(lookupd.http_get("/nodes")[1])["producers"],
-                   what="nsqd registered with nsqlookupd")
+        nsqd = NsqdProcess(
+            tmp_path / "nsqd", f"--lookupd-tcp-address={lookupd.tcp_address}", "--broadcast-address=127.0.0.1"
+        ).start()
+        wait_until(
+            lambda: json.loads(lookupd.http_get("/nodes")[1])["producers"],
+            what="nsqd registered with nsqlookupd",
+        )
         # two consumers' channels (and an ephemeral one) registered before any publish
         for ch in ("archive", "metrics", "tail%23ephemeral"):
             assert lookupd.http_post(f"/channel/create?topic=orders&channel={ch}")[0] == 200
         body = b"\n".join(b"order %d" % i for i in range(50))
         assert nsqd.http_post("/mpub?topic=orders", body)[0] == 200
         # both durable channels have every message; the ephemeral one was not made
-        wait_until(lambda: channel_depths(nsqd, "orders") == {"archive": 50, "metrics": 50},
-                   what="both channels holding the 50 messages")
+        wait_until(
+            lambda: channel_depths(nsqd, "orders") == {"archive": 50, "metrics": 50},
+            what="both channels holding the 50 messages",
+        )
         # a topic nsqlookupd knows nothing about starts without channels, as before
         assert nsqd.http_post("/pub?topic=fresh", b"x")[0] == 200
-        wait_until(lambda: json.loads(nsqd.http_get("/stats?format=json&topic=fresh")[1])
-                   ["topics"][0]["depth"] == 1, what="the message held by the topic")
+        wait_until(
+            lambda: json.loads(nsqd.http_get("/stats?format=json&topic=fresh")[1])["topics"][0]["depth"] == 1,
+            what="the message held by the topic",
+        )
         assert channel_depths(nsqd, "fresh") == {}
     finally:
         if nsqd is not None:

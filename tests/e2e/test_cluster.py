@@ -227,12 +227,20 @@ def test_lookup_lists_exactly_the_nsqd_that_have_the_topic(cluster: Cluster) -> 
     for lk in cluster.lookupds:
         poll(lambda lk=lk: lookup(lk, "orders") == want, f"{lk.http_address} /lookup?topic=orders")
         assert get_json(lk, "/channels?topic=orders") == {"channels": ["archive"]}
-        poll(lambda lk=lk: {"orders", "other"} <= set(get_json(lk, "/topics")["topics"]),
-             f"{lk.http_address} /topics")  # n2 registers independently of n0 and n1
+        poll(
+            lambda lk=lk: {"orders", "other"} <= set(get_json(lk, "/topics")["topics"]),
+            f"{lk.http_address} /topics",
+        )  # n2 registers independently of n0 and n1
         doc = get_json(lk, "/lookup?topic=orders")
         for p in doc["producers"]:
-            assert set(p) == {"remote_address", "hostname", "broadcast_address", "tcp_port",
-                              "http_port", "version"}
+            assert set(p) == {
+                "remote_address",
+                "hostname",
+                "broadcast_address",
+                "tcp_port",
+                "http_port",
+                "version",
+            }
             assert p["hostname"] == socket.gethostname() and p["version"] == "1.3.0"
             assert p["remote_address"].startswith("127.0.0.1:")
         topics = nodes(lk)
@@ -366,8 +374,9 @@ def test_restarted_lookupd_relearns_everything_within_a_ping_period(cluster: Clu
     make_channel(n2, "relearn_too", "z")
     for lk in cluster.lookupds:
         poll(
-            lambda lk=lk: lookup(lk, "relearn") == {"channels": ["a", "b"],
-                                                 "producers": {ident(n0), ident(n1)}},
+            lambda lk=lk: (
+                lookup(lk, "relearn") == {"channels": ["a", "b"], "producers": {ident(n0), ident(n1)}}
+            ),
             f"{lk.http_address} /lookup?topic=relearn",
         )
         poll(lambda lk=lk: lookup(lk, "relearn_too") is not None, f"{lk.http_address} relearn_too")
@@ -401,8 +410,11 @@ def test_restarted_lookupd_relearns_everything_within_a_ping_period(cluster: Clu
     new = cluster.restart_lookupd(1)
     t_up = time.monotonic()
     # right after the restart it knows nothing; then the nsqd come back
-    poll(lambda: registry(new) == before, "the restarted lookupd re-learned every registration",
-         timeout=PING_PERIOD + 5)
+    poll(
+        lambda: registry(new) == before,
+        "the restarted lookupd re-learned every registration",
+        timeout=PING_PERIOD + 5,
+    )
     relearned = time.monotonic() - t_up
     assert relearned < PING_PERIOD * 0.8, f"re-learned only after {relearned:.1f}s"
     assert expected() == before
@@ -439,8 +451,7 @@ def test_pynsq_reader_discovers_all_nsqd_through_lookupd(cluster: Cluster) -> No
         "topic": topic,
         "channel": channel,
         "expected": sorted(expected),
-        "stats_urls": [f"http://{n.http_address}/stats?format=json&topic={topic}"
-                       for n in cluster.nsqds],
+        "stats_urls": [f"http://{n.http_address}/stats?format=json&topic={topic}" for n in cluster.nsqds],
         "deadline": 35,
     }
     res = run_driver(PYNSQ_DRIVER, json.dumps(spec), timeout=45)
@@ -469,4 +480,3 @@ def test_pynsq_reader_discovers_all_nsqd_through_lookupd(cluster: Cluster) -> No
 
 def ident_str(n: NsqdProcess) -> str:
     return "%s:%d:%d" % ident(n)
-

@@ -8,9 +8,9 @@ import signal
 import time
 
 import pytest
+from e2e.proc import NsqdProcess
 from support import RawClient, nsqd_stats
 
-from e2e.proc import NsqdProcess
 from nsqpy.protocol import commands
 
 pytestmark = pytest.mark.timeout(120)

@@ -88,8 +88,7 @@ async def test_nsqd_metrics(nsqd_proc: NsqdProcess):
     assert s[("nsq_channel_paused", tc)] == 0
     assert s[("nsq_channel_paused", (("channel", "paused"), ("topic", "idle")))] == 1
     for q in ("0.99", "0.5"):
-        assert s[("nsq_channel_e2e_processing_latency_seconds", (*tc[:1], ("quantile", q),
-                                                                   tc[1]))] >= 0
+        assert s[("nsq_channel_e2e_processing_latency_seconds", (*tc[:1], ("quantile", q), tc[1]))] >= 0
         assert s[("nsq_topic_e2e_processing_latency_seconds", (("quantile", q), *t))] >= 0
     assert ("nsq_channel_e2e_processing_latency_samples", tc) in s
     fams = families(text)

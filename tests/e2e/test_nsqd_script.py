@@ -37,9 +37,7 @@ def shared_nsqd(tmp_path_factory):
     yield from nsqd_fixture(tmp_path_factory.mktemp("shared"))
 
 
-async def consumer(
-    port: int, topic: str, channel: str, rdy: int | None = None, **identify
-) -> RawClient:
+async def consumer(port: int, topic: str, channel: str, rdy: int | None = None, **identify) -> RawClient:
     c = await RawClient.connect(port)
     if identify:
         await c.identify(**identify)
@@ -126,8 +124,12 @@ def test_unbuilt_feature_flag_refuses_to_start(tmp_path):
 )
 def test_bad_tls_and_auth_settings_refuse_to_start(args, expect, tmp_path):
     res = run_script(
-        "nsqd", "--tcp-address=127.0.0.1:0", "--http-address=127.0.0.1:0",
-        f"--data-path={tmp_path}", *args, cwd=str(tmp_path),
+        "nsqd",
+        "--tcp-address=127.0.0.1:0",
+        "--http-address=127.0.0.1:0",
+        f"--data-path={tmp_path}",
+        *args,
+        cwd=str(tmp_path),
     )
     assert res.returncode == 1, res
     assert expect in res.stderr, res.stderr
@@ -196,25 +198,33 @@ def test_listen_address_in_use_fails(tmp_path):
 
 @pytest.mark.parametrize("addr", ["127.0.0.1:abc", "127.0.0.1:99999"])
 def test_bad_listen_address_fails_cleanly(addr, tmp_path):
-    res = run_script(
-        "nsqd", f"--tcp-address={addr}", "--http-address=127.0.0.1:0", f"--data-path={tmp_path}"
-    )
+    res = run_script("nsqd", f"--tcp-address={addr}", "--http-address=127.0.0.1:0", f"--data-path={tmp_path}")
     assert res.returncode == 1, res
     assert "Traceback" not in res.stderr, res.stderr
     assert addr in res.stderr, res.stderr
 
 
 def test_data_path_is_locked(nsqd_proc):
-    res = run_script("nsqd", "--tcp-address=127.0.0.1:0", "--http-address=127.0.0.1:0",
-                     f"--data-path={nsqd_proc.data_path}", timeout=3)
+    res = run_script(
+        "nsqd",
+        "--tcp-address=127.0.0.1:0",
+        "--http-address=127.0.0.1:0",
+        f"--data-path={nsqd_proc.data_path}",
+        timeout=3,
+    )
     assert res.returncode == 1, res
     assert "failed to lock data-path" in res.stderr, res.stderr
     assert "possibly in use by another instance of nsqd" in res.stderr, res.stderr
 
 
 def test_missing_data_path_fails_cleanly(tmp_path):
-    res = run_script("nsqd", "--tcp-address=127.0.0.1:0", "--http-address=127.0.0.1:0",
-                     f"--data-path={tmp_path / 'nope'}", timeout=3)
+    res = run_script(
+        "nsqd",
+        "--tcp-address=127.0.0.1:0",
+        "--http-address=127.0.0.1:0",
+        f"--data-path={tmp_path / 'nope'}",
+        timeout=3,
+    )
     assert res.returncode == 1, res
     assert "failed to lock data-path" in res.stderr, res.stderr
     assert "Traceback" not in res.stderr
@@ -337,9 +347,7 @@ def stuck_reader(port: int, topic: str) -> socket.socket:
     return s
 
 
-async def raw_exchange(
-    port: int, data: bytes, timeout: float = 5.0
-) -> tuple[list[tuple[int, bytes]], bool]:
+async def raw_exchange(port: int, data: bytes, timeout: float = 5.0) -> tuple[list[tuple[int, bytes]], bool]:
     """Send ``data`` on a fresh connection; return the frames received and whether the
     server closed the connection."""
     c = await RawClient.connect(port, magic=False)
@@ -369,20 +377,33 @@ BAD_INPUT = [
     ("http-request", b"GET / HTTP/1.1\r\nHost: x\r\n\r\n", b"E_BAD_PROTOCOL"),
     ("binary-garbage", b"\x00\x01\x02\x03" * 1000, b"E_BAD_PROTOCOL"),
     ("unknown-command", b"  V2HELLO WORLD\n", b"E_INVALID invalid command HELLO"),
-    ("pub-huge-size", b"  V2PUB big\n" + _i32(BIG),
-     b"E_BAD_MESSAGE PUB message too big 2147483647 > 1048576"),
-    ("pub-negative-size", b"  V2PUB neg\n" + _i32(-1),
-     b"E_BAD_MESSAGE PUB invalid message body size -1"),
-    ("mpub-huge-size", b"  V2MPUB big\n" + _i32(BIG),
-     b"E_BAD_BODY MPUB body too big 2147483647 > 5242880"),
-    ("mpub-huge-count", b"  V2MPUB t\n" + _i32(8, BIG, 5),
-     b"E_BAD_BODY MPUB invalid message count 2147483647"),
-    ("mpub-huge-message", b"  V2MPUB t\n" + _i32(12, 1, BIG, 0),
-     b"E_BAD_MESSAGE MPUB message too big 2147483647 > 1048576"),
-    ("identify-huge-size", b"  V2IDENTIFY\n" + _i32(BIG),
-     b"E_BAD_BODY IDENTIFY body too big 2147483647 > 5242880"),
-    ("identify-bad-json", b"  V2IDENTIFY\n" + _i32(9) + b"not json!",
-     b"E_BAD_BODY IDENTIFY failed to decode JSON body"),
+    (
+        "pub-huge-size",
+        b"  V2PUB big\n" + _i32(BIG),
+        b"E_BAD_MESSAGE PUB message too big 2147483647 > 1048576",
+    ),
+    ("pub-negative-size", b"  V2PUB neg\n" + _i32(-1), b"E_BAD_MESSAGE PUB invalid message body size -1"),
+    ("mpub-huge-size", b"  V2MPUB big\n" + _i32(BIG), b"E_BAD_BODY MPUB body too big 2147483647 > 5242880"),
+    (
+        "mpub-huge-count",
+        b"  V2MPUB t\n" + _i32(8, BIG, 5),
+        b"E_BAD_BODY MPUB invalid message count 2147483647",
+    ),
+    (
+        "mpub-huge-message",
+        b"  V2MPUB t\n" + _i32(12, 1, BIG, 0),
+        b"E_BAD_MESSAGE MPUB message too big 2147483647 > 1048576",
+    ),
+    (
+        "identify-huge-size",
+        b"  V2IDENTIFY\n" + _i32(BIG),
+        b"E_BAD_BODY IDENTIFY body too big 2147483647 > 5242880",
+    ),
+    (
+        "identify-bad-json",
+        b"  V2IDENTIFY\n" + _i32(9) + b"not json!",
+        b"E_BAD_BODY IDENTIFY failed to decode JSON body",
+    ),
     ("rdy-before-sub", b"  V2RDY 10\n", b"E_INVALID cannot RDY in current state"),
     ("fin-before-sub", b"  V2FIN 0123456789abcdef\n", b"E_INVALID cannot FIN in current state"),
 ]

@@ -155,9 +155,7 @@ def test_bad_config_exits_two(tmp_path):
 def test_address_in_use_exits_one(tmp_path):
     with socket.create_server(("127.0.0.1", 0)) as busy:
         port = busy.getsockname()[1]
-        res = run_script(
-            "nsqlookupd", f"--tcp-address=127.0.0.1:{port}", "--http-address=127.0.0.1:0"
-        )
+        res = run_script("nsqlookupd", f"--tcp-address=127.0.0.1:{port}", "--http-address=127.0.0.1:0")
     assert res.returncode == 1
     assert "failed to instantiate nsqlookupd - listen (127.0.0.1:%d) failed" % port in res.stderr
     assert "Traceback" not in res.stderr

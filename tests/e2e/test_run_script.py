@@ -17,9 +17,8 @@ import sys
 from pathlib import Path
 
 import pytest
-from support import free_port, wait_until
-
 from e2e.proc import http_request
+from support import free_port, wait_until
 
 pytestmark = pytest.mark.timeout(90)
 
@@ -53,8 +52,12 @@ class RunScript:
             # a session of its own: a terminal's Ctrl-C is SIGINT to the whole group
             self.proc = subprocess.Popen(
                 ["bash", str(self.home / "scripts" / "run.sh"), *args],
-                stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT,
-                env=self.env, text=True, start_new_session=True,
+                stdin=subprocess.DEVNULL,
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                env=self.env,
+                text=True,
+                start_new_session=True,
             )
         return self.proc
 
@@ -101,15 +104,19 @@ def test_a_bad_nsqd_flag_is_its_exit_status_and_stops_nsqlookupd(run):
 @pytest.mark.parametrize("how", ["ctrl-c", "sigterm"])
 def test_stop_returns_after_both_daemons_finished(run, how):
     p = run.start("--mem-queue-size=100000")
-    wait_until(lambda: _listening(run.ports["nh"]) and run.nsqd("/ping")[0] == 200,
-               timeout=30, what="nsqd to answer")
+    wait_until(
+        lambda: _listening(run.ports["nh"]) and run.nsqd("/ping")[0] == 200, timeout=30, what="nsqd to answer"
+    )
     body = b"\n".join(b"message %d" % i for i in range(2000))
     assert run.nsqd("/mpub?topic=t", body)[0] == 200
     wait_until(lambda: b'"t"' in run.lookupd("/topics")[1], timeout=10, what="registration")
     # nsqadmin runs too, and sees the topic through nsqlookupd
     admin = f"http://127.0.0.1:{run.ports['ah']}"
-    wait_until(lambda: _listening(run.ports["ah"]) and b'"t"' in
-               http_request(admin + "/api/topics", timeout=5)[1], timeout=30, what="nsqadmin")
+    wait_until(
+        lambda: _listening(run.ports["ah"]) and b'"t"' in http_request(admin + "/api/topics", timeout=5)[1],
+        timeout=30,
+        what="nsqadmin",
+    )
 
     if how == "ctrl-c":
         os.killpg(p.pid, signal.SIGINT)
@@ -124,9 +131,12 @@ def test_stop_returns_after_both_daemons_finished(run, how):
 
     # an immediate second run gets the data path (no lock held) and the messages
     run.start()
-    wait_until(lambda: _listening(run.ports["nh"]) and run.nsqd("/ping")[0] == 200,
-               timeout=30, what="the second nsqd to answer")
-    status, stats = run.nsqd("/stats?format=json&topic=t")
+    wait_until(
+        lambda: _listening(run.ports["nh"]) and run.nsqd("/ping")[0] == 200,
+        timeout=30,
+        what="the second nsqd to answer",
+    )
+    _status, stats = run.nsqd("/stats?format=json&topic=t")
     assert b'"depth":2000' in stats, stats
     run.proc.send_signal(signal.SIGTERM)
     assert run.proc.wait(30) == 0, run.output()

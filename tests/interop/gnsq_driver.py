@@ -216,7 +216,7 @@ def lowlevel(spec, out):
     deliveries = out["deliveries"] = []
     deadline = time.monotonic() + 20
     while not expected <= finished.keys():
-        frame, msg = read_until(cons, is_message, deadline - time.monotonic(), log)
+        _frame, msg = read_until(cons, is_message, deadline - time.monotonic(), log)
         h = msg.body.hex()
         deliveries.append(delivery(msg))
         if h in requeue and msg.attempts == 1:
@@ -229,7 +229,7 @@ def lowlevel(spec, out):
 
     # a FIN for an id that is not in flight: E_FIN_FAILED → NSQFinishFailed, not fatal
     cons.send(nsq.finish(b"0000000000000000"))
-    frame, err = read_until(cons, is_error, 5, log)
+    _frame, err = read_until(cons, is_error, 5, log)
     out["fin_failed"] = err_info(err, cons)
 
     # stay connected past a few heartbeats on both connections, then one more message
@@ -247,7 +247,7 @@ def lowlevel(spec, out):
     out["producer_heartbeats"] = hb[0]
     prod.publish(topic, b"after-heartbeats")
     out["late_pub"] = text(read_until(prod, is_reply, 5, log)[1])
-    frame, msg = read_until(cons, is_message, 5, log)
+    _frame, msg = read_until(cons, is_message, 5, log)
     out["late_message"] = msg.body.decode()
     cons.finish(msg.id)
 
@@ -258,7 +258,7 @@ def lowlevel(spec, out):
     # a fatal error: an empty PUB body is E_BAD_MESSAGE (NSQBadMessage, fatal)
     prod.send(nsq._command(nsq.PUB, b"", topic))
     try:
-        frame, err = read_until(prod, is_error, 5, log)
+        _frame, err = read_until(prod, is_error, 5, log)
         out["bad_message"] = err_info(err, prod)
     finally:
         prod.close_stream()
@@ -303,7 +303,7 @@ def http(spec, out):
     log = out["frames"] = []
     deadline = time.monotonic() + 15
     while not expected <= finished.keys():
-        frame, msg = read_until(cons, is_message, deadline - time.monotonic(), log)
+        _frame, msg = read_until(cons, is_message, deadline - time.monotonic(), log)
         cons.finish(msg.id)
         finished[msg.body.hex()] = finished.get(msg.body.hex(), 0) + 1
     cons.close_stream()
@@ -347,7 +347,7 @@ def upgraded(spec, out):
     cons.ready(100)
     finished = out["finished"] = []
     while len(finished) < len(bodies):
-        frame, msg = read_until(cons, is_message, 10, log)
+        _frame, msg = read_until(cons, is_message, 10, log)
         cons.finish(msg.id)
         finished.append(msg.body.hex())
     cons.close_stream()

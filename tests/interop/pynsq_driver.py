@@ -172,9 +172,7 @@ async def run(spec: dict, rec: Recorder) -> None:
             def cb(conn, data):
                 outstanding[0] -= 1
                 ok = data == b"OK"
-                rec.pub_results.append(
-                    {"kind": kind, "ok": ok, "n": len(bodies), "data": repr(data)}
-                )
+                rec.pub_results.append({"kind": kind, "ok": ok, "n": len(bodies), "data": repr(data)})
 
             return cb
 
@@ -196,9 +194,11 @@ async def run(spec: dict, rec: Recorder) -> None:
             min_connected = spec.get("min_connected", 3.5)
             min_hb = spec.get("min_heartbeats", 2)
             await wait_until(
-                lambda: now() - rec.reader_connected_at >= min_connected
-                and rec.reader_heartbeats >= min_hb
-                and rec.writer_heartbeats >= min_hb,
+                lambda: (
+                    now() - rec.reader_connected_at >= min_connected
+                    and rec.reader_heartbeats >= min_hb
+                    and rec.writer_heartbeats >= min_hb
+                ),
                 min_connected + 10,
                 "connection age and heartbeats",
             )
@@ -212,7 +212,8 @@ async def run(spec: dict, rec: Recorder) -> None:
             # counted them all (or give up and let the test show the last answer)
             deadline = time.monotonic() + 5
             while True:
-                with urllib.request.urlopen(spec["stats_url"], timeout=5) as resp:
+                # a blocking GET in the driver (one short stats read while pynsq idles)
+                with urllib.request.urlopen(spec["stats_url"], timeout=5) as resp:  # noqa: ASYNC210
                     rec.stats = json.loads(resp.read())
                 fins = sum(
                     cl["finish_count"]

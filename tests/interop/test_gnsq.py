@@ -108,8 +108,10 @@ def test_lowlevel_tcp_client(nsqd_proc):
     assert_ok(result)
     assert result["pub_responses"] == [[0, "OK"]] * (len(pub) + 1 + len(dpub))
 
-    for key, want in (("identify_producer", (False, True, False)),
-                      ("identify_consumer", (True, False, False))):
+    for key, want in (
+        ("identify_producer", (False, True, False)),
+        ("identify_consumer", (True, False, False)),
+    ):
         ident = result[key]
         assert (ident["snappy"], ident["deflate"], ident["tls_v1"]) == want, ident
         assert ident["max_rdy_count"] == 2500 and ident["version"] == "1.3.0", ident
@@ -223,16 +225,34 @@ def test_tls_and_compression(tmp_path, pki, extra):
 
     from e2e.proc import NsqdProcess
 
-    p = NsqdProcess(tmp_path / "nsqd", f"--tls-cert={pki.server_cert}",
-                    f"--tls-key={pki.server_key}", "--tls-client-auth-policy=require-verify",
-                    f"--tls-root-ca-file={pki.ca_cert}", "--https-address=127.0.0.1:0").start()
+    p = NsqdProcess(
+        tmp_path / "nsqd",
+        f"--tls-cert={pki.server_cert}",
+        f"--tls-key={pki.server_key}",
+        "--tls-client-auth-policy=require-verify",
+        f"--tls-root-ca-file={pki.ca_cert}",
+        "--https-address=127.0.0.1:0",
+    ).start()
     try:
         bodies = make_bodies("gtls", 200, 31)
-        conn = {"tls_v1": True, "tls_options": {
-            "ca_certs": pki.ca_cert, "cert_reqs": int(ssl.CERT_REQUIRED),
-            "certfile": pki.client_cert, "keyfile": pki.client_key}, **extra}
-        spec = {"scenario": "upgraded", "nsqd": p.tcp_address, "topic": "gnsq_tls",
-                "conn": conn, "bodies": [b.hex() for b in bodies], "deadline": 30}
+        conn = {
+            "tls_v1": True,
+            "tls_options": {
+                "ca_certs": pki.ca_cert,
+                "cert_reqs": int(ssl.CERT_REQUIRED),
+                "certfile": pki.client_cert,
+                "keyfile": pki.client_key,
+            },
+            **extra,
+        }
+        spec = {
+            "scenario": "upgraded",
+            "nsqd": p.tcp_address,
+            "topic": "gnsq_tls",
+            "conn": conn,
+            "bodies": [b.hex() for b in bodies],
+            "deadline": 30,
+        }
         result = drive("gnsq_driver.py", spec, timeout=40)
         assert_ok(result)
         ident = result["identify"]

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 from collections import defaultdict
+from typing import ClassVar
 
 import pytest
 from e2e.proc import nsqd_fixture
@@ -194,9 +195,9 @@ def pki(tmp_path_factory):
 class _AuthHandler(__import__("http.server").server.BaseHTTPRequestHandler):
     """A tiny auth server: secret "pynsq-secret" may publish and subscribe to ^tls_."""
 
-    seen: list[dict] = []
+    seen: ClassVar[list[dict]] = []
 
-    def do_GET(self):  # noqa: N802 - http.server's name
+    def do_GET(self):
         import urllib.parse
 
         q = dict(urllib.parse.parse_qsl(urllib.parse.urlsplit(self.path).query))
@@ -205,9 +206,16 @@ class _AuthHandler(__import__("http.server").server.BaseHTTPRequestHandler):
             self.send_response(403)
             self.end_headers()
             return
-        body = json.dumps({"ttl": 60, "identity": "pynsq-user", "identity_url": "",
-                           "authorizations": [{"topic": "^tls_", "channels": [".*"],
-                                               "permissions": ["publish", "subscribe"]}]})
+        body = json.dumps(
+            {
+                "ttl": 60,
+                "identity": "pynsq-user",
+                "identity_url": "",
+                "authorizations": [
+                    {"topic": "^tls_", "channels": [".*"], "permissions": ["publish", "subscribe"]}
+                ],
+            }
+        )
         self.send_response(200)
         self.send_header("Content-Type", "application/json")
         self.end_headers()
@@ -243,13 +251,20 @@ def test_tls_compression_and_auth(tmp_path, pki, authd, reader_extra, writer_ext
 
     from e2e.proc import NsqdProcess
 
-    p = NsqdProcess(tmp_path / "nsqd", f"--tls-cert={pki.server_cert}",
-                    f"--tls-key={pki.server_key}", "--tls-required=true",
-                    "--https-address=127.0.0.1:0", f"--auth-http-address={authd}").start()
+    p = NsqdProcess(
+        tmp_path / "nsqd",
+        f"--tls-cert={pki.server_cert}",
+        f"--tls-key={pki.server_key}",
+        "--tls-required=true",
+        "--https-address=127.0.0.1:0",
+        f"--auth-http-address={authd}",
+    ).start()
     try:
-        tls = {"tls_v1": True, "tls_options": {"ca_certs": pki.ca_cert,
-                                                "cert_reqs": int(ssl.CERT_REQUIRED)},
-               "auth_secret": "pynsq-secret"}
+        tls = {
+            "tls_v1": True,
+            "tls_options": {"ca_certs": pki.ca_cert, "cert_reqs": int(ssl.CERT_REQUIRED)},
+            "auth_secret": "pynsq-secret",
+        }
         bodies = make_bodies("tls", 300, 9)
         spec = {
             "nsqd": p.tcp_address,

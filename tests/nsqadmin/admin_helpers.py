@@ -10,9 +10,9 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import struct
 import json
 import socket
+import struct
 from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 from typing import Any
@@ -65,7 +65,7 @@ class HTTP:
         return await self.request("DELETE", path, data=data, **kw)
 
     async def json(self, path: str, status: int = 200) -> Any:
-        got, headers, body = await self.get(path)
+        got, _headers, body = await self.get(path)
         assert got == status, (got, body)
         return json.loads(body)
 
@@ -138,11 +138,11 @@ class Cluster:
             await wait_for(ready, timeout=10)
 
     async def publish(self, nsqd: NSQD, topic: str, bodies: list[bytes]) -> None:
-        async with aiohttp.ClientSession() as s:
-            async with s.post(
-                f"http://{nsqd.http_addr_str}/mpub?topic={topic}", data=b"\n".join(bodies)
-            ) as r:
-                assert r.status == 200, await r.text()
+        async with (
+            aiohttp.ClientSession() as s,
+            s.post(f"http://{nsqd.http_addr_str}/mpub?topic={topic}", data=b"\n".join(bodies)) as r,
+        ):
+            assert r.status == 200, await r.text()
 
     async def nsqd_stats(self, nsqd: NSQD, topic: str = "") -> dict[str, Any]:
         async with aiohttp.ClientSession() as s:
@@ -252,4 +252,3 @@ class Recorder:
 async def cluster_fixture(tmp_path):
     async with Cluster(tmp_path) as c:
         yield c
-

@@ -37,9 +37,8 @@ async def topic_stats(cluster: Cluster) -> list[dict | None]:
 
 
 async def lookupd(cluster: Cluster, path: str):
-    async with aiohttp.ClientSession() as s:
-        async with s.get(f"http://{cluster.lookupd_http}{path}") as r:
-            return r.status, await r.json()
+    async with aiohttp.ClientSession() as s, s.get(f"http://{cluster.lookupd_http}{path}") as r:
+        return r.status, await r.json()
 
 
 async def test_create_topic_and_channel(cluster):
@@ -49,9 +48,10 @@ async def test_create_topic_and_channel(cluster):
         assert await http.post_json("/api/topics", {"topic": "fresh"}) == (200, {"message": ""})
         assert "fresh" in (await lookupd(cluster, "/topics"))[1]["topics"]
         # a channel of a topic with producers: created on lookupd and on every producer
-        assert await http.post_json(
-            "/api/topics", {"topic": "orders", "channel": "audit"}
-        ) == (200, {"message": ""})
+        assert await http.post_json("/api/topics", {"topic": "orders", "channel": "audit"}) == (
+            200,
+            {"message": ""},
+        )
         assert (await lookupd(cluster, "/channels?topic=orders"))[1]["channels"] == ["audit"]
         for t in await topic_stats(cluster):
             assert [c["channel_name"] for c in t["channels"]] == ["audit"]
@@ -121,10 +121,14 @@ async def test_action_errors(cluster):
             ("POST", "/api/topics", b"", "EOF"),
             ("POST", "/api/topics", b"xyz", "invalid character 'x' looking for beginning of value"),
             ("POST", "/api/topics", b'{"topic":', "unexpected EOF"),
-            ("POST", "/api/topics", b'{"topic": 1}',
-             "json: cannot unmarshal number into Go struct field .topic of type string"),
+            (
+                "POST",
+                "/api/topics",
+                b'{"topic": 1}',
+                "json: cannot unmarshal number into Go struct field .topic of type string",
+            ),
             ("POST", "/api/topics", b'{"topic": "bad topic!"}', "INVALID_TOPIC"),
-            ("POST", "/api/topics", b'null', "INVALID_TOPIC"),
+            ("POST", "/api/topics", b"null", "INVALID_TOPIC"),
             ("POST", "/api/topics", b'{"topic": "ok", "channel": "no/slash"}', "INVALID_CHANNEL"),
             ("POST", "/api/topics/orders", b'{"action": "explode"}', "INVALID_ACTION"),
             ("POST", "/api/topics/orders/archive", b"", "EOF"),
@@ -144,7 +148,7 @@ async def test_action_errors(cluster):
         status, body = await http.post_json("/api/topics/ghost", {"action": "pause"})
         assert status == 502
         assert body["message"] == (
-            'UPSTREAM_ERROR: failed to query any nsqlookupd: got response 404 Not Found '
+            "UPSTREAM_ERROR: failed to query any nsqlookupd: got response 404 Not Found "
             '"{\\"message\\":\\"TOPIC_NOT_FOUND\\"}"'
         )
 
@@ -155,7 +159,7 @@ async def test_acl_admin_users(cluster):
         nsqlookupd_http_addresses=[cluster.lookupd_http],
         admin_users=["alice"],
         acl_http_header="X-Auth-User",
-    ) as (admin, http):
+    ) as (_admin, http):
         forbidden = (403, {"message": "FORBIDDEN"})
         actions = [
             ("POST", "/api/topics", {"topic": "made"}),
@@ -179,8 +183,7 @@ async def test_acl_admin_users(cluster):
         alice = {"X-Auth-User": "alice"}
         status, _, page = await http.get("/topics/orders", headers=alice)
         assert b"var IS_ADMIN = true;" in page
-        status, body = await http.post_json("/api/topics/orders", {"action": "pause"},
-                                            headers=alice)
+        status, body = await http.post_json("/api/topics/orders", {"action": "pause"}, headers=alice)
         assert (status, body) == (200, {"message": ""})
         assert [t["paused"] for t in await topic_stats(cluster)] == [True, True]
 
@@ -188,10 +191,13 @@ async def test_acl_admin_users(cluster):
 async def test_notifications(cluster):
     await orders(cluster)
     n0 = cluster.nsqds[0]
-    async with Recorder() as endpoint, running_admin(
-        nsqlookupd_http_addresses=[cluster.lookupd_http],
-        notification_http_endpoint=f"http://{endpoint.address}/notify?src=nsqadmin",
-    ) as (admin, http):
+    async with (
+        Recorder() as endpoint,
+        running_admin(
+            nsqlookupd_http_addresses=[cluster.lookupd_http],
+            notification_http_endpoint=f"http://{endpoint.address}/notify?src=nsqadmin",
+        ) as (admin, http),
+    ):
         auth = "Basic " + base64.b64encode(b"ann:secret").decode()
         headers = {"Authorization": auth, "User-Agent": "ops-browser/2"}
         before = int(time.time())
@@ -224,8 +230,22 @@ async def test_notifications(cluster):
         ("delete_topic", "orders", None, None),
     ]
     for d in docs:
-        keys = [k for k in ("action", "topic", "channel", "node", "timestamp", "user",
-                            "remote_ip", "user_agent", "url", "via") if k in d]
+        keys = [
+            k
+            for k in (
+                "action",
+                "topic",
+                "channel",
+                "node",
+                "timestamp",
+                "user",
+                "remote_ip",
+                "user_agent",
+                "url",
+                "via",
+            )
+            if k in d
+        ]
         assert list(d) == keys
         assert before <= d["timestamp"] <= after
         assert d["user"] == "ann"
@@ -245,7 +265,8 @@ async def test_notification_failures_are_logged_not_fatal(cluster, caplog):
         notification_http_endpoint=f"http://{dead}/",
     ) as (_, http):
         assert await http.post_json("/api/topics/orders", {"action": "pause"}) == (
-            200, {"message": ""},
+            200,
+            {"message": ""},
         )
         await wait_for(lambda: "failed to POST notification" in caplog.text)
         assert (await http.json("/api/topics/orders"))["paused"] is True

@@ -7,7 +7,7 @@ import base64
 import json
 
 import pytest
-from admin_helpers import Recorder, cluster_fixture, closed_port, running_admin  # noqa: F401
+from admin_helpers import Recorder, closed_port, cluster_fixture, running_admin  # noqa: F401
 from aiohttp import web
 
 pytestmark = pytest.mark.timeout(60)
@@ -71,9 +71,10 @@ async def test_config_cidr(cluster):
         nsqlookupd_http_addresses=[cluster.lookupd_http], allow_config_from_cidr="127.0.0.1/32"
     ) as (_, http):
         assert (await http.get("/config/allow_config_from_cidr"))[::2] == (200, b"127.0.0.1/32")
-    async with running_admin(
-        nsqlookupd_http_addresses=[cluster.lookupd_http], allow_config_from_cidr=""
-    ) as (_, http):
+    async with running_admin(nsqlookupd_http_addresses=[cluster.lookupd_http], allow_config_from_cidr="") as (
+        _,
+        http,
+    ):
         assert await http.json("/config/log_level") == 2
 
 
@@ -81,7 +82,8 @@ async def test_base_path(cluster):
     cluster.nsqds[0].get_topic("orders").get_channel("archive")
     await cluster.registered("orders", 1)
     async with running_admin(
-        nsqlookupd_http_addresses=[cluster.lookupd_http], base_path="admin/",
+        nsqlookupd_http_addresses=[cluster.lookupd_http],
+        base_path="admin/",
         stats_sample_interval=0.05,
     ) as (admin, http):
         assert admin.options.base_path == "/admin"
@@ -106,17 +108,16 @@ async def test_base_path(cluster):
 
 
 async def test_graphite(cluster):
-    async with Recorder() as graphite, running_admin(
-        nsqlookupd_http_addresses=[cluster.lookupd_http],
-        graphite_url=f"http://{graphite.address}",
-        statsd_interval=30.0,
-    ) as (_, http):
-        graphite.answer = lambda r: web.json_response(
-            [{"target": "x", "datapoints": [[45.0, 1700000000]]}]
-        )
-        assert await http.json("/api/graphite?metric=rate&target=sumSeries(a.b)") == {
-            "rate": "1.50"
-        }
+    async with (
+        Recorder() as graphite,
+        running_admin(
+            nsqlookupd_http_addresses=[cluster.lookupd_http],
+            graphite_url=f"http://{graphite.address}",
+            statsd_interval=30.0,
+        ) as (_, http),
+    ):
+        graphite.answer = lambda r: web.json_response([{"target": "x", "datapoints": [[45.0, 1700000000]]}])
+        assert await http.json("/api/graphite?metric=rate&target=sumSeries(a.b)") == {"rate": "1.50"}
         [req] = graphite.requests
         assert req["path"] == "/render"
         assert req["query"] == "format=json&from=-60sec&target=sumSeries%28a.b%29&until=-30sec"
@@ -125,29 +126,24 @@ async def test_graphite(cluster):
         graphite.answer = lambda r: web.json_response([{"target": "x", "datapoints": [[-1, 0]]}])
         assert await http.json("/api/graphite?metric=rate&target=t") == {"rate": "N/A"}
         assert await http.json("/api/graphite?target=t", 400) == {"message": "INVALID_ARG_METRIC"}
-        assert await http.json("/api/graphite?metric=sum&target=t", 400) == {
-            "message": "INVALID_ARG_METRIC"
-        }
-        assert await http.json("/api/graphite?metric=rate", 400) == {
-            "message": "INVALID_ARG_TARGET"
-        }
+        assert await http.json("/api/graphite?metric=sum&target=t", 400) == {"message": "INVALID_ARG_METRIC"}
+        assert await http.json("/api/graphite?metric=rate", 400) == {"message": "INVALID_ARG_TARGET"}
         graphite.answer = lambda r: web.Response(status=500, text="boom")
-        assert await http.json("/api/graphite?metric=rate&target=t", 500) == {
-            "message": "INTERNAL_ERROR"
-        }
+        assert await http.json("/api/graphite?metric=rate&target=t", 500) == {"message": "INTERNAL_ERROR"}
         # no --proxy-graphite: no /render route
         assert (await http.get("/render?target=t"))[0] == 404
 
 
 async def test_graphite_proxy(cluster):
-    async with Recorder() as graphite, running_admin(
-        nsqlookupd_http_addresses=[cluster.lookupd_http],
-        graphite_url=f"http://reader:pw@{graphite.address}",
-        proxy_graphite=True,
-    ) as (_, http):
-        graphite.answer = lambda r: web.Response(
-            body=b"PNG...", headers={"Content-Type": "image/png"}
-        )
+    async with (
+        Recorder() as graphite,
+        running_admin(
+            nsqlookupd_http_addresses=[cluster.lookupd_http],
+            graphite_url=f"http://reader:pw@{graphite.address}",
+            proxy_graphite=True,
+        ) as (_, http),
+    ):
+        graphite.answer = lambda r: web.Response(body=b"PNG...", headers={"Content-Type": "image/png"})
         status, headers, body = await http.get("/render?target=a.b&from=-2h")
         assert (status, body, headers["Content-Type"]) == (200, b"PNG...", "image/png")
         [req] = graphite.requests

@@ -19,13 +19,32 @@ from nsqpy.nsqadmin.options import (
 pytestmark = pytest.mark.timeout(30)
 
 GO_FLAGS = {
-    "config", "version", "log-level", "log-prefix", "verbose", "http-address", "base-path",
-    "dev-static-dir", "graphite-url", "proxy-graphite", "statsd-counter-format",
-    "statsd-gauge-format", "statsd-prefix", "statsd-interval", "notification-http-endpoint",
-    "http-client-connect-timeout", "http-client-request-timeout",
-    "http-client-tls-insecure-skip-verify", "http-client-tls-root-ca-file",
-    "http-client-tls-cert", "http-client-tls-key", "allow-config-from-cidr", "acl-http-header",
-    "lookupd-http-address", "nsqd-http-address", "admin-user",
+    "config",
+    "version",
+    "log-level",
+    "log-prefix",
+    "verbose",
+    "http-address",
+    "base-path",
+    "dev-static-dir",
+    "graphite-url",
+    "proxy-graphite",
+    "statsd-counter-format",
+    "statsd-gauge-format",
+    "statsd-prefix",
+    "statsd-interval",
+    "notification-http-endpoint",
+    "http-client-connect-timeout",
+    "http-client-request-timeout",
+    "http-client-tls-insecure-skip-verify",
+    "http-client-tls-root-ca-file",
+    "http-client-tls-cert",
+    "http-client-tls-key",
+    "allow-config-from-cidr",
+    "acl-http-header",
+    "lookupd-http-address",
+    "nsqd-http-address",
+    "admin-user",
 }
 OURS = {"stats-sample-interval", "stats-retention"}
 
@@ -37,7 +56,9 @@ def test_flag_set_and_defaults():
     assert o.base_path == "/"
     assert o.log_prefix == "[nsqadmin] " and o.log_level == "info"
     assert (o.statsd_prefix, o.statsd_counter_format, o.statsd_gauge_format) == (
-        "nsq.%s", "stats.counters.%s.count", "stats.gauges.%s",
+        "nsq.%s",
+        "stats.counters.%s.count",
+        "stats.gauges.%s",
     )
     assert o.statsd_interval == 60.0
     assert (o.http_client_connect_timeout, o.http_client_request_timeout) == (2.0, 5.0)
@@ -54,13 +75,24 @@ def test_flag_set_and_defaults():
 
 
 def test_command_line():
-    o = parse_args([
-        "--lookupd-http-address=127.0.0.1:4161", "-lookupd-http-address", "127.0.0.2:4161",
-        "--admin-user=ann", "--admin-user", "bob", "--proxy-graphite",
-        "--graphite-url=http://graphite:8080", "--statsd-interval=10s", "--base-path=/nsq",
-        "--http-client-request-timeout=1.5s", "--log-level=DEBUG",
-        "--stats-sample-interval=2s", "--stats-retention=2h",
-    ])
+    o = parse_args(
+        [
+            "--lookupd-http-address=127.0.0.1:4161",
+            "-lookupd-http-address",
+            "127.0.0.2:4161",
+            "--admin-user=ann",
+            "--admin-user",
+            "bob",
+            "--proxy-graphite",
+            "--graphite-url=http://graphite:8080",
+            "--statsd-interval=10s",
+            "--base-path=/nsq",
+            "--http-client-request-timeout=1.5s",
+            "--log-level=DEBUG",
+            "--stats-sample-interval=2s",
+            "--stats-retention=2h",
+        ]
+    )
     assert o.nsqlookupd_http_addresses == ["127.0.0.1:4161", "127.0.0.2:4161"]
     assert o.admin_users == ["ann", "bob"]
     assert o.proxy_graphite is True and o.graphite_url == "http://graphite:8080"
@@ -124,8 +156,7 @@ def test_config_file(tmp_path):
         ),
         (
             {"nsqd_http_addresses": ["127.0.0.1:99999"]},
-            "failed to resolve --nsqd-http-address (127.0.0.1:99999) - address "
-            "127.0.0.1:99999: invalid port",
+            "failed to resolve --nsqd-http-address (127.0.0.1:99999) - address 127.0.0.1:99999: invalid port",
         ),
         (
             {"nsqd_http_addresses": ["127.0.0.1:4151"], "allow_config_from_cidr": "nope"},
@@ -147,14 +178,19 @@ def test_root_ca_file_must_hold_certificates(tmp_path):
     pem = tmp_path / "ca.pem"
     pem.write_text("not a certificate\n")
     with pytest.raises(OptionsError, match=f"failed to AppendCertsFromPEM {pem}"):
-        validate(Options(nsqd_http_addresses=["127.0.0.1:4151"],
-                         http_client_tls_root_ca_file=str(pem)))
+        validate(Options(nsqd_http_addresses=["127.0.0.1:4151"], http_client_tls_root_ca_file=str(pem)))
 
 
 @pytest.mark.parametrize(
     ("given", "normal"),
-    [("", "/"), ("/", "/"), ("admin", "/admin"), ("/admin/", "/admin"),
-     ("//a//b/../c/", "/a/c"), ("/a/./b", "/a/b")],
+    [
+        ("", "/"),
+        ("/", "/"),
+        ("admin", "/admin"),
+        ("/admin/", "/admin"),
+        ("//a//b/../c/", "/a/c"),
+        ("/a/./b", "/a/b"),
+    ],
 )
 def test_base_path_normalized(given, normal):
     assert normalize_base_path(given) == normal
@@ -164,11 +200,11 @@ async def test_in_process_start_reports_go_errors():
     with pytest.raises(OptionsError, match="required"):
         async with NSQAdmin(Options(http_address="127.0.0.1:0")):
             pass
-    admin = NSQAdmin(http_address="127.0.0.1:0", nsqd_http_addresses=["127.0.0.1:4151"],
-                     stats_sample_interval=0)
+    admin = NSQAdmin(
+        http_address="127.0.0.1:0", nsqd_http_addresses=["127.0.0.1:4151"], stats_sample_interval=0
+    )
     async with admin:
         assert admin.http_port > 0 and admin.http_addr_str == f"127.0.0.1:{admin.http_port}"
         with pytest.raises(RuntimeError, match=r"listen \(.*\) failed - listen tcp"):
-            async with NSQAdmin(http_address=admin.http_addr_str,
-                                nsqd_http_addresses=["127.0.0.1:4151"]):
+            async with NSQAdmin(http_address=admin.http_addr_str, nsqd_http_addresses=["127.0.0.1:4151"]):
                 pass

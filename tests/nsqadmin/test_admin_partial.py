@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 
 import pytest
-from admin_helpers import FakeNsqd, cluster_fixture, closed_port, running_admin  # noqa: F401
+from admin_helpers import FakeNsqd, closed_port, cluster_fixture, running_admin  # noqa: F401
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -59,7 +59,7 @@ async def test_all_nsqd_down_is_502(cluster):
         _,
         http,
     ):
-        status, headers, body = await http.get("/api/topics")
+        status, _headers, body = await http.get("/api/topics")
         assert status == 502
         assert json.loads(body) == {
             "message": "UPSTREAM_ERROR: failed to query any nsqd: "
@@ -83,9 +83,7 @@ async def test_unreachable_producer_in_lookupd_mode(cluster):
         await cluster.registered("orders", 3)
         async with running_admin(nsqlookupd_http_addresses=[cluster.lookupd_http]) as (_, http):
             topic = await http.json("/api/topics/orders")
-            assert sorted(n["node"] for n in topic["nodes"]) == sorted(
-                [n0.http_addr_str, n1.http_addr_str]
-            )
+            assert sorted(n["node"] for n in topic["nodes"]) == sorted([n0.http_addr_str, n1.http_addr_str])
             assert topic["message"] == "WARNING: " + refused(
                 f"http://127.0.0.1:{dead}/stats?format=json&topic=orders&include_clients=false",
                 dead,
@@ -95,9 +93,7 @@ async def test_unreachable_producer_in_lookupd_mode(cluster):
             # the node page of a node that does not answer: Go gives up (502)
             status, _, body = await http.get(f"/api/nodes/127.0.0.1:{dead}")
             assert status == 502
-            assert json.loads(body)["message"].startswith(
-                "UPSTREAM_ERROR: failed to query any nsqd: Get "
-            )
+            assert json.loads(body)["message"].startswith("UPSTREAM_ERROR: failed to query any nsqd: Get ")
     finally:
         await ghost.close()
 
@@ -106,9 +102,10 @@ async def test_lookupd_down(cluster):
     dead = closed_port()
     cluster.nsqds[0].get_topic("orders")
     await cluster.registered("orders", 1)
-    async with running_admin(
-        nsqlookupd_http_addresses=[cluster.lookupd_http, f"127.0.0.1:{dead}"]
-    ) as (_, http):
+    async with running_admin(nsqlookupd_http_addresses=[cluster.lookupd_http, f"127.0.0.1:{dead}"]) as (
+        _,
+        http,
+    ):
         doc = await http.json("/api/topics")
         assert doc == {
             "topics": ["orders"],

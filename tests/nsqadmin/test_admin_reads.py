@@ -18,24 +18,73 @@ from nsqpy.protocol import commands
 pytestmark = pytest.mark.timeout(60)
 
 TOPIC_KEYS = [
-    "node", "hostname", "topic_name", "depth", "memory_depth", "backend_depth",
-    "message_count", "nodes", "channels", "paused", "e2e_processing_latency",
+    "node",
+    "hostname",
+    "topic_name",
+    "depth",
+    "memory_depth",
+    "backend_depth",
+    "message_count",
+    "nodes",
+    "channels",
+    "paused",
+    "e2e_processing_latency",
 ]
 CHANNEL_KEYS = [
-    "node", "hostname", "topic_name", "channel_name", "depth", "memory_depth",
-    "backend_depth", "in_flight_count", "deferred_count", "requeue_count", "timeout_count",
-    "message_count", "client_count", "nodes", "clients", "paused", "e2e_processing_latency",
+    "node",
+    "hostname",
+    "topic_name",
+    "channel_name",
+    "depth",
+    "memory_depth",
+    "backend_depth",
+    "in_flight_count",
+    "deferred_count",
+    "requeue_count",
+    "timeout_count",
+    "message_count",
+    "client_count",
+    "nodes",
+    "clients",
+    "paused",
+    "e2e_processing_latency",
 ]
 CLIENT_KEYS = [
-    "node", "remote_address", "version", "client_id", "hostname", "user_agent", "connect_ts",
-    "connected", "in_flight_count", "ready_count", "finish_count", "requeue_count",
-    "message_count", "sample_rate", "deflate", "snappy", "authed", "auth_identity",
-    "auth_identity_url", "tls", "tls_cipher_suite", "tls_version", "tls_negotiated_protocol",
+    "node",
+    "remote_address",
+    "version",
+    "client_id",
+    "hostname",
+    "user_agent",
+    "connect_ts",
+    "connected",
+    "in_flight_count",
+    "ready_count",
+    "finish_count",
+    "requeue_count",
+    "message_count",
+    "sample_rate",
+    "deflate",
+    "snappy",
+    "authed",
+    "auth_identity",
+    "auth_identity_url",
+    "tls",
+    "tls_cipher_suite",
+    "tls_version",
+    "tls_negotiated_protocol",
     "tls_negotiated_protocol_is_mutual",
 ]
 PRODUCER_KEYS = [
-    "remote_addresses", "remote_address", "hostname", "broadcast_address", "tcp_port",
-    "http_port", "version", "topics", "out_of_date",
+    "remote_addresses",
+    "remote_address",
+    "hostname",
+    "broadcast_address",
+    "tcp_port",
+    "http_port",
+    "version",
+    "topics",
+    "out_of_date",
 ]
 E2E_KEYS = ["count", "percentiles", "topic", "channel", "host"]
 
@@ -95,7 +144,9 @@ async def test_topics_topic_channel_nodes_counter(cluster):
             assert list(channel) == [*CHANNEL_KEYS, "message"]
             assert channel["node"] == "*"
             assert (channel["depth"], channel["in_flight_count"], channel["message_count"]) == (
-                4, 1, 5,
+                4,
+                1,
+                5,
             )
             assert sorted(n["node"] for n in channel["nodes"]) == addrs
             by_node = {n["node"]: n for n in channel["nodes"]}
@@ -192,11 +243,14 @@ async def test_e2e_percentiles_merged_across_nodes(tmp_path):
     # a node's own row keeps nsqd's value, with min = max = average = value
     for row in channel["nodes"]:
         r = raw[row["node"]]
-        for mine, theirs in zip(row["e2e_processing_latency"]["percentiles"], r["percentiles"],
-                                strict=True):
+        for mine, theirs in zip(row["e2e_processing_latency"]["percentiles"], r["percentiles"], strict=True):
             assert mine == {
-                "average": theirs["value"], "count": r["count"], "max": theirs["value"],
-                "min": theirs["value"], "quantile": theirs["quantile"], "value": theirs["value"],
+                "average": theirs["value"],
+                "count": r["count"],
+                "max": theirs["value"],
+                "min": theirs["value"],
+                "quantile": theirs["quantile"],
+                "value": theirs["value"],
             }
 
 
@@ -221,7 +275,8 @@ async def test_inactive_topics_and_empty_cluster(cluster):
         # a topic lookupd knows without producers: no nsqd to ask is Go's upstream error
         status, _, body = await http.get("/api/topics/dormant")
         assert (status, json.loads(body)) == (
-            502, {"message": "UPSTREAM_ERROR: failed to query any nsqd: "},
+            502,
+            {"message": "UPSTREAM_ERROR: failed to query any nsqd: "},
         )
 
 
@@ -251,8 +306,7 @@ async def test_nsqd_mode(cluster):
 
 async def test_pages_static_files_and_routing(cluster, tmp_path):
     async with running_admin(nsqlookupd_http_addresses=[cluster.lookupd_http]) as (_, http):
-        for path in ("/", "/topics", "/topics/t", "/topics/t/c", "/nodes", "/nodes/n",
-                     "/counter", "/lookup"):
+        for path in ("/", "/topics", "/topics/t", "/topics/t/c", "/nodes", "/nodes/n", "/counter", "/lookup"):
             status, headers, body = await http.get(path)
             assert status == 200, path
             assert headers["Content-Type"] == "text/html"
@@ -260,7 +314,7 @@ async def test_pages_static_files_and_routing(cluster, tmp_path):
             assert "var IS_ADMIN = true;" in page
             assert "var BASE_PATH = '/';" in page
             assert f'var NSQLOOKUPD = ["{cluster.lookupd_http}"];' in page
-            assert '{{' not in page
+            assert "{{" not in page
         status, headers, body = await http.get("/ping")
         assert (status, body) == (200, b"OK")
         status, headers, body = await http.get("/static/index.html")
@@ -276,22 +330,20 @@ async def test_pages_static_files_and_routing(cluster, tmp_path):
         assert headers["Allow"] == "GET, POST, OPTIONS"
         status, headers, _ = await http.get("/api/topics/")
         assert (status, headers["Location"]) == (301, "/api/topics")
-        status, headers, body = await http.get(
-            "/api/topics", headers={"Accept-Encoding": "gzip"}
-        )
+        status, headers, body = await http.get("/api/topics", headers={"Accept-Encoding": "gzip"})
         assert status == 200 and headers["Content-Encoding"] == "gzip"
         assert json.loads(body)["message"] == ""
 
     dev = tmp_path / "dev"
     (dev / "js").mkdir(parents=True)
     (dev / "index.html").write_text(
-        '<html><head></head><body><script src="{{basePath "/static/js/app.js"}}"></script>'
-        "</body></html>"
+        '<html><head></head><body><script src="{{basePath "/static/js/app.js"}}"></script></body></html>'
     )
     (dev / "js" / "app.js").write_text("console.log(1)")
-    async with running_admin(
-        nsqlookupd_http_addresses=[cluster.lookupd_http], dev_static_dir=str(dev)
-    ) as (_, http):
+    async with running_admin(nsqlookupd_http_addresses=[cluster.lookupd_http], dev_static_dir=str(dev)) as (
+        _,
+        http,
+    ):
         status, headers, body = await http.get("/static/js/app.js")
         assert (status, body) == (200, b"console.log(1)")
         assert headers["Content-Type"] == "text/javascript; charset=utf-8"

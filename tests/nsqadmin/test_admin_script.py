@@ -125,12 +125,14 @@ def test_exit_codes():
     res = run_module("--http-address=127.0.0.1:0")
     assert res.returncode == 1
     assert (
-        "FATAL: failed to instantiate nsqadmin - "
-        "--nsqd-http-address or --lookupd-http-address required"
+        "FATAL: failed to instantiate nsqadmin - --nsqd-http-address or --lookupd-http-address required"
     ) in res.stderr
     assert "Traceback" not in res.stderr
 
-    res = run_module("--http-address=127.0.0.1:0", "--nsqd-http-address=127.0.0.1:4151",
-                     "--lookupd-http-address=127.0.0.1:4161")
+    res = run_module(
+        "--http-address=127.0.0.1:0",
+        "--nsqd-http-address=127.0.0.1:4151",
+        "--lookupd-http-address=127.0.0.1:4161",
+    )
     assert res.returncode == 1
     assert "use --nsqd-http-address or --lookupd-http-address not both" in res.stderr

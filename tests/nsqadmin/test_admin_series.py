@@ -49,11 +49,7 @@ async def test_series_api(cluster):
         for name in METRICS:
             assert len(doc[name]) == len(ts), name
         # the rate integrates to the messages published
-        total = sum(
-            r * (ts[i] - ts[i - 1])
-            for i, r in enumerate(doc["message_rate"])
-            if i and r is not None
-        )
+        total = sum(r * (ts[i] - ts[i - 1]) for i, r in enumerate(doc["message_rate"]) if i and r is not None)
         assert total == pytest.approx(10, abs=0.5)
         assert max(r for r in doc["message_rate"] if r is not None) > 0
         [name] = doc["channels"]
@@ -80,8 +76,11 @@ async def test_series_api(cluster):
         newer = await http.json(f"/api/series/topics/orders?since={last}")
         assert all(t > last for t in newer["timestamps"])
         assert len(newer["depth"]) == len(newer["timestamps"])
-        for bad, code in (("window=x", "INVALID_ARG_WINDOW"), ("window=-1", "INVALID_ARG_WINDOW"),
-                          ("since=nan", "INVALID_ARG_SINCE")):
+        for bad, code in (
+            ("window=x", "INVALID_ARG_WINDOW"),
+            ("window=-1", "INVALID_ARG_WINDOW"),
+            ("since=nan", "INVALID_ARG_SINCE"),
+        ):
             assert await http.json(f"/api/series/topics?{bad}", 400) == {"message": code}
 
         # a topic the sampler never saw: nulls, aligned with the timestamps
@@ -93,18 +92,17 @@ async def test_series_api(cluster):
 
 
 async def test_series_disabled(cluster):
-    async with running_admin(
-        nsqlookupd_http_addresses=[cluster.lookupd_http], stats_sample_interval=0.0
-    ) as (admin, http):
+    async with running_admin(nsqlookupd_http_addresses=[cluster.lookupd_http], stats_sample_interval=0.0) as (
+        admin,
+        http,
+    ):
         assert admin.sampler is None
         for path in ("/api/series/topics", "/api/series/topics/t", "/api/series/topics/t/c"):
             assert await http.json(path, 404) == {"message": "NOT_FOUND"}
 
 
 async def test_series_records_failures(cluster):
-    async with running_admin(
-        nsqd_http_addresses=["127.0.0.1:1"], stats_sample_interval=0.05
-    ) as (_, http):
+    async with running_admin(nsqd_http_addresses=["127.0.0.1:1"], stats_sample_interval=0.05) as (_, http):
 
         async def failed():
             doc = await http.json("/api/series/topics")
@@ -112,9 +110,7 @@ async def test_series_records_failures(cluster):
 
         doc = await wait_for(failed)
         assert doc["topics"] == {}
-        assert doc["message"].startswith(
-            "ERROR: failed to get producers - failed to query any nsqd: Get "
-        )
+        assert doc["message"].startswith("ERROR: failed to get producers - failed to query any nsqd: Get ")
 
 
 # --- the store on synthetic samples ----------------------------------------------------------------

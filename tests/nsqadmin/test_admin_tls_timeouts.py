@@ -40,9 +40,10 @@ async def test_tls_required_nsqd(tmp_path):
     async with tls_nsqd(tmp_path / "d", pki) as nsqd:
         nsqd.get_topic("secure")
         addr = nsqd.http_addr_str
-        async with running_admin(
-            nsqd_http_addresses=[addr], http_client_tls_root_ca_file=pki.ca_cert
-        ) as (_, http):
+        async with running_admin(nsqd_http_addresses=[addr], http_client_tls_root_ca_file=pki.ca_cert) as (
+            _,
+            http,
+        ):
             assert await http.json("/api/topics") == {"topics": ["secure"], "message": ""}
             status, body = await http.post_json("/api/topics/secure", {"action": "pause"})
             assert (status, body) == (200, {"message": ""})
@@ -54,9 +55,10 @@ async def test_tls_required_nsqd(tmp_path):
                 f'UPSTREAM_ERROR: failed to query any nsqd: Get "https://127.0.0.1:'
                 f'{nsqd.https_port}/stats?format=json": tls: failed to verify certificate'
             )
-        async with running_admin(
-            nsqd_http_addresses=[addr], http_client_tls_insecure_skip_verify=True
-        ) as (_, http):
+        async with running_admin(nsqd_http_addresses=[addr], http_client_tls_insecure_skip_verify=True) as (
+            _,
+            http,
+        ):
             assert (await http.json("/api/topics"))["topics"] == ["secure"]
 
 
@@ -74,9 +76,10 @@ async def test_client_certificate(tmp_path):
             http_client_tls_key=pki.client_key,
         ) as (_, http):
             assert (await http.json("/api/topics"))["topics"] == ["secure"]
-        async with running_admin(
-            nsqd_http_addresses=[addr], http_client_tls_root_ca_file=pki.ca_cert
-        ) as (_, http):
+        async with running_admin(nsqd_http_addresses=[addr], http_client_tls_root_ca_file=pki.ca_cert) as (
+            _,
+            http,
+        ):
             assert (await http.get("/api/topics"))[0] == 502
 
 
@@ -101,9 +104,13 @@ async def silent_server():
 
 
 async def test_request_timeout(tmp_path):
-    async with silent_server() as port, running_admin(
-        nsqd_http_addresses=[f"127.0.0.1:{port}"], http_client_request_timeout=0.3
-    ) as (_, http):
+    async with (
+        silent_server() as port,
+        running_admin(nsqd_http_addresses=[f"127.0.0.1:{port}"], http_client_request_timeout=0.3) as (
+            _,
+            http,
+        ),
+    ):
         loop = asyncio.get_running_loop()
         start = loop.time()
         doc = await http.json("/api/topics", 502)

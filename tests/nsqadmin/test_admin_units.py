@@ -25,8 +25,13 @@ def node_topic(node: str, hostname: str, depth: int, channels: dict[str, int]) -
             "message_count": depth,
             "paused": node == "b",
             "channels": [
-                {"channel_name": c, "depth": d, "message_count": d, "clients": [],
-                 "e2e_processing_latency": {"count": 0, "percentiles": None}}
+                {
+                    "channel_name": c,
+                    "depth": d,
+                    "message_count": d,
+                    "clients": [],
+                    "e2e_processing_latency": {"count": 0, "percentiles": None},
+                }
                 for c, d in channels.items()
             ],
             "e2e_processing_latency": {"count": 0, "percentiles": None},
@@ -49,14 +54,20 @@ def test_topic_add_is_gos():
     assert (doc["node"], doc["depth"], doc["message_count"], doc["paused"]) == ("*", 12, 12, True)
     assert [n["node"] for n in doc["nodes"]] == ["b", "a"]  # sorted by hostname
     assert [(c["channel_name"], c["depth"]) for c in doc["channels"]] == [
-        ("x", 1), ("y", 12), ("z", 3),
+        ("x", 1),
+        ("y", 12),
+        ("z", 3),
     ]
     # as in Go, the first node's channel object is the one the others were added to
     y = doc["channels"][1]
     assert y["node"] == "*" and [n["node"] for n in y["nodes"]] == ["b"]
     assert doc["nodes"][1]["channels"][1]["depth"] == 12
     assert doc["e2e_processing_latency"] == {
-        "count": 0, "percentiles": None, "topic": "t", "channel": "", "host": "*",
+        "count": 0,
+        "percentiles": None,
+        "topic": "t",
+        "channel": "",
+        "host": "*",
     }
     # node a's empty client list (nsqd's []) stays []; a fresh sum of empty lists is Go's nil
     assert y["clients"] == []
@@ -91,8 +102,13 @@ def test_e2e_add_is_gos():
 def test_channel_add_sums_and_sorts_clients():
     def channel(node, host, clients):
         c = ChannelStats.from_json(
-            {"channel_name": "c", "depth": 1, "in_flight_count": 2, "client_count": len(clients),
-             "clients": [{"hostname": h, "connect_ts": 0} for h in clients]}
+            {
+                "channel_name": "c",
+                "depth": 1,
+                "in_flight_count": 2,
+                "client_count": len(clients),
+                "clients": [{"hostname": h, "connect_ts": 0} for h in clients],
+            }
         )
         c.node, c.hostname = node, host
         for cl in c.clients or ():
@@ -110,9 +126,16 @@ def test_channel_add_sums_and_sorts_clients():
 
 def test_producer_and_semver():
     p = Producer.from_lookupd_json(
-        {"remote_address": "10.0.0.1:5555", "hostname": "h", "broadcast_address": "::1",
-         "tcp_port": 4150, "http_port": 4151, "version": "1.2.1",
-         "topics": ["b", "a"], "tombstones": [False, True]}
+        {
+            "remote_address": "10.0.0.1:5555",
+            "hostname": "h",
+            "broadcast_address": "::1",
+            "tcp_port": 4150,
+            "http_port": 4151,
+            "version": "1.2.1",
+            "topics": ["b", "a"],
+            "tombstones": [False, True],
+        }
     )
     assert p.http_address() == "[::1]:4151" and p.tcp_address() == "[::1]:4150"
     assert [(t.topic, t.tombstoned) for t in p.topics] == [("b", False), ("a", True)]
@@ -128,10 +151,12 @@ def test_decode_body_is_gos_decoder():
     for data, message in (
         (b"", "EOF"),
         (b"  \n", "EOF"),
-        (b"[1]", 'json: cannot unmarshal array into Go value of type struct { Topic string '
-                 '"json:\\"topic\\""; Channel string "json:\\"channel\\"" }'),
-        (b'{"channel": true}', "json: cannot unmarshal bool into Go struct field .channel "
-                               "of type string"),
+        (
+            b"[1]",
+            "json: cannot unmarshal array into Go value of type struct { Topic string "
+            '"json:\\"topic\\""; Channel string "json:\\"channel\\"" }',
+        ),
+        (b'{"channel": true}', "json: cannot unmarshal bool into Go struct field .channel of type string"),
         (b"{'topic': 1}", "invalid character '\\'' looking for beginning of object key string"),
     ):
         with pytest.raises(ValueError) as e:
@@ -167,16 +192,27 @@ def test_join_base_and_render_index():
     assert join_base("/admin", "/") == "/admin"
     assert join_base("/admin", "/static/x.js") == "/admin/static/x.js"
     values = {
-        "version": "1.3.0", "base_path": "/nsq", "is_admin": False, "user": "",
-        "proxy_graphite": False, "graph_enabled": True, "graphite_url": "http://g'<x>",
-        "page_graphite_url": "http://g'<x>", "statsd_interval": 60,
-        "statsd_counter_format": "c.%s", "statsd_gauge_format": "g.%s", "statsd_prefix": "p",
-        "nsqlookupd": ["a:1"], "nsqd": [], "series": {"enabled": True},
+        "version": "1.3.0",
+        "base_path": "/nsq",
+        "is_admin": False,
+        "user": "",
+        "proxy_graphite": False,
+        "graph_enabled": True,
+        "graphite_url": "http://g'<x>",
+        "page_graphite_url": "http://g'<x>",
+        "statsd_interval": 60,
+        "statsd_counter_format": "c.%s",
+        "statsd_gauge_format": "g.%s",
+        "statsd_prefix": "p",
+        "nsqlookupd": ["a:1"],
+        "nsqd": [],
+        "series": {"enabled": True},
     }
     html = render_index(
         '<html><head><link href="{{basePath "/static/a.css"}}"></head>'
         "<body>{{.Version}} {{.IsAdmin}} {{.GraphiteURL}}</body></html>",
-        values, "/nsq",
+        values,
+        "/nsq",
     )
     assert '<link href="/nsq/static/a.css">' in html
     assert "<body>1.3.0 false http://g\\u0027\\u003cx\\u003e</body>" in html

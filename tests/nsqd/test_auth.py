@@ -12,17 +12,18 @@ import time
 
 import aiohttp
 import pytest
+from conftest import make_options
 from support import GRANT, AuthServer, RawClient
 from transport.certs import make_pki
 from upgrade_client import UpgradedClient
 
-from conftest import make_options
 from nsqpy.nsqd.nsqd import NSQD
 from nsqpy.nsqd.stats import client_stats
 from nsqpy.protocol import commands
 from nsqpy.transport import client_tls_context
 
 pytestmark = pytest.mark.timeout(60)
+
 
 @pytest.fixture
 async def authd():
@@ -49,12 +50,15 @@ async def authed_client(d: NSQD, secret: bytes = b"good") -> tuple[RawClient, di
 
 async def test_auth_then_publish_and_subscribe_within_permissions(nsqd_auth, authd):
     c, resp = await authed_client(nsqd_auth)
-    assert resp == {"identity": "ann", "identity_url": "http://people.example/ann",
-                    "permission_count": 2}
+    assert resp == {"identity": "ann", "identity_url": "http://people.example/ann", "permission_count": 2}
     (req,) = authd.requests
     assert req["_path"] == "/auth" and req["_method"] == "GET"
     assert {k: req[k] for k in ("remote_ip", "tls", "secret", "common_name")} == {
-        "remote_ip": "127.0.0.1", "tls": "false", "secret": "good", "common_name": ""}
+        "remote_ip": "127.0.0.1",
+        "tls": "false",
+        "secret": "good",
+        "common_name": "",
+    }
     assert await c.pub("orders", b"one") == (0, b"OK")
     c.send(commands.mpub("orders", [b"two", b"three"]))
     assert await c.read_frame() == (0, b"OK")
@@ -67,8 +71,12 @@ async def test_auth_then_publish_and_subscribe_within_permissions(nsqd_auth, aut
     await s2.sub("audit.2024", "archive")
 
     stats = [client_stats(cl) for cl in nsqd_auth.clients.values()]
-    assert all(st["authed"] is True and st["auth_identity"] == "ann"
-               and st["auth_identity_url"] == "http://people.example/ann" for st in stats)
+    assert all(
+        st["authed"] is True
+        and st["auth_identity"] == "ann"
+        and st["auth_identity_url"] == "http://people.example/ann"
+        for st in stats
+    )
     assert len(authd.requests) == 3  # one per AUTH, the TTL is long
 
 
@@ -91,8 +99,12 @@ async def test_outside_the_permissions(nsqd_auth, send, error):
 
 @pytest.mark.parametrize(
     "send,cmd",
-    [(commands.pub("orders", b"x"), "PUB"), (commands.sub("orders", "c"), "SUB"),
-     (commands.dpub("orders", 1, b"x"), "DPUB"), (commands.mpub("orders", [b"x"]), "MPUB")],
+    [
+        (commands.pub("orders", b"x"), "PUB"),
+        (commands.sub("orders", "c"), "SUB"),
+        (commands.dpub("orders", 1, b"x"), "DPUB"),
+        (commands.mpub("orders", [b"x"]), "MPUB"),
+    ],
 )
 async def test_auth_first(nsqd_auth, send, cmd):
     c = await RawClient.connect(nsqd_auth.tcp_port)
@@ -108,10 +120,14 @@ async def test_mpub_authorization_is_checked_before_its_body(nsqd_auth):
 
 @pytest.mark.parametrize(
     "answer",
-    [(403, b"forbidden"), (200, b"not json"), (200, b'{"ttl": 0, "authorizations": []}'),
-     (200, b'{"ttl": 60, "authorizations": [{"topic": "(", "channels": [], "permissions": []}]}'),
-     (200, b'{"ttl": 60, "authorizations": [{"topic": ".", "channels": [], "permissions": ["own"]}]}'),
-     (500, b"boom")],
+    [
+        (403, b"forbidden"),
+        (200, b"not json"),
+        (200, b'{"ttl": 0, "authorizations": []}'),
+        (200, b'{"ttl": 60, "authorizations": [{"topic": "(", "channels": [], "permissions": []}]}'),
+        (200, b'{"ttl": 60, "authorizations": [{"topic": ".", "channels": [], "permissions": ["own"]}]}'),
+        (500, b"boom"),
+    ],
     ids=["403", "non-json", "ttl-0", "bad-regex", "bad-permission", "500"],
 )
 async def test_auth_server_refusals_are_auth_failed(nsqd_auth, authd, answer, caplog):
@@ -174,8 +190,7 @@ async def test_slow_and_down_auth_servers_block_nobody_else(tmp_path, authd):
     dead_addr = "127.0.0.1:%d" % dead.getsockname()[1]
     dead.close()  # nothing listens there
     authd.answers["slow"] = 3.0
-    opts = make_options(tmp_path, auth_http_addresses=[authd.address],
-                        http_client_request_timeout=0.5)
+    opts = make_options(tmp_path, auth_http_addresses=[authd.address], http_client_request_timeout=0.5)
     async with NSQD(opts) as d:
         slow = await RawClient.connect(d.tcp_port)
         slow.send(commands.auth(b"slow"))
@@ -199,8 +214,11 @@ async def test_slow_and_down_auth_servers_block_nobody_else(tmp_path, authd):
 
 
 async def test_full_url_and_post_method(tmp_path, authd):
-    opts = make_options(tmp_path, auth_http_addresses=[f"http://{authd.address}/custom/check"],
-                        auth_http_request_method="post")
+    opts = make_options(
+        tmp_path,
+        auth_http_addresses=[f"http://{authd.address}/custom/check"],
+        auth_http_request_method="post",
+    )
     async with NSQD(opts) as d:
         await authed_client(d)
     (req,) = authd.requests
@@ -210,13 +228,18 @@ async def test_full_url_and_post_method(tmp_path, authd):
 
 async def test_auth_over_tls_sends_the_client_certificate_common_name(tmp_path, authd):
     pki = make_pki(tmp_path / "pki")
-    opts = make_options(tmp_path, auth_http_addresses=[authd.address], tls_cert=pki.server_cert,
-                        tls_key=pki.server_key, https_address="127.0.0.1:0",
-                        tls_client_auth_policy="require-verify", tls_root_ca_file=pki.ca_cert,
-                        tls_required="true")
+    opts = make_options(
+        tmp_path,
+        auth_http_addresses=[authd.address],
+        tls_cert=pki.server_cert,
+        tls_key=pki.server_key,
+        https_address="127.0.0.1:0",
+        tls_client_auth_policy="require-verify",
+        tls_root_ca_file=pki.ca_cert,
+        tls_required="true",
+    )
     async with NSQD(opts) as d:
-        ctx = client_tls_context(root_ca_file=pki.ca_cert, cert_file=pki.client_cert,
-                                 key_file=pki.client_key)
+        ctx = client_tls_context(root_ca_file=pki.ca_cert, cert_file=pki.client_cert, key_file=pki.client_key)
         c = await UpgradedClient.connect(d.tcp_port, tls=ctx)
         assert c.negotiated["auth_required"] is True
         c.send(commands.auth(b"good"))
@@ -228,8 +251,9 @@ async def test_auth_over_tls_sends_the_client_certificate_common_name(tmp_path, 
 
 
 async def test_http_publishing_is_not_subject_to_auth(nsqd_auth, authd):
-    async with aiohttp.ClientSession() as s:
-        async with s.post(f"http://127.0.0.1:{nsqd_auth.http_port}/pub?topic=anything",
-                          data=b"x") as r:
-            assert r.status == 200
+    async with (
+        aiohttp.ClientSession() as s,
+        s.post(f"http://127.0.0.1:{nsqd_auth.http_port}/pub?topic=anything", data=b"x") as r,
+    ):
+        assert r.status == 200
     assert authd.requests == []

@@ -77,8 +77,11 @@ def ids(n: int, start: int = 0) -> list[bytes]:
 async def test_directory_written_by_go_nsqd_starts_intact(tmp_path):
     meta = {
         "topics": [
-            {"channels": [{"name": "c1", "paused": False}, {"name": "c2", "paused": True}],
-             "name": "orders", "paused": False},
+            {
+                "channels": [{"name": "c1", "paused": False}, {"name": "c2", "paused": True}],
+                "name": "orders",
+                "paused": False,
+            },
             {"channels": [], "name": "held", "paused": True},
         ],
         "version": "1.3.0",

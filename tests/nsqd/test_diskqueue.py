@@ -181,7 +181,9 @@ def test_put_many_writes_same_bytes_as_put(tmp_path):
     for f in files(a):
         assert (a / f).read_bytes() == (b / f).read_bytes(), f
     assert (q2.depth, q2.write_file_num, q2.write_pos) == (
-        q1.depth, q1.write_file_num, q1.write_pos,
+        q1.depth,
+        q1.write_file_num,
+        q1.write_pos,
     )
     assert read_all(q2) == data
     q1.close()
@@ -283,7 +285,7 @@ def test_restart_mid_file_resumes_exactly(tmp_path):
 
     dq = mk(tmp_path, max_bytes_per_file=240)
     assert dq.depth == 23
-    assert read_all(dq, 4) == data[18:] + [b"after restart"]
+    assert read_all(dq, 4) == [*data[18:], b"after restart"]
     dq.close()
 
 
@@ -644,7 +646,10 @@ def test_empty(tmp_path):
     assert dq.depth == 0
     assert not any(f.startswith("q.diskqueue.") for f in files(tmp_path))
     assert (dq.read_file_num, dq.read_pos, dq.write_file_num, dq.write_pos) == (
-        wfn + 1, 0, wfn + 1, 0,
+        wfn + 1,
+        0,
+        wfn + 1,
+        0,
     )
     assert dq.read(10) == []
     dq.put_many(data)
@@ -698,7 +703,7 @@ def test_crash_recovers_records_past_stale_metadata_and_drops_torn_tail(tmp_path
     assert seg(crashed, "q", 0).stat().st_size == 7 * 24  # torn record truncated
     assert dq2.needs_sync()
     dq2.put(b"after crash")  # lands right after the last whole record
-    assert read_all(dq2, 3) == data[:7] + [b"after crash"]
+    assert read_all(dq2, 3) == [*data[:7], b"after crash"]
     dq2.close()
     dq.close()
 
@@ -725,7 +730,7 @@ def test_crash_recovers_segments_started_after_the_metadata(tmp_path):
     assert seg(crashed, "q", 3).stat().st_size == 100
     dq2.put(b"z" * 16)
     assert dq2.write_file_num == 4
-    assert read_all(dq2) == data[1:] + [b"z" * 16]
+    assert read_all(dq2) == [*data[1:], b"z" * 16]
     dq2.close()
     dq.close()
 
@@ -781,7 +786,7 @@ def test_missing_metadata_recovers_from_segments(tmp_path):
     assert (dq2.read_file_num, dq2.read_pos, dq2.write_file_num, dq2.write_pos) == (0, 0, 2, 40)
     assert dq2.depth == 12
     dq2.put(b"next")
-    assert read_all(dq2) == data + [b"next"]
+    assert read_all(dq2) == [*data, b"next"]
     dq2.close()
     dq.close()
 
@@ -795,7 +800,7 @@ def test_shorter_write_file_than_metadata(tmp_path):
     dq = mk(tmp_path, max_bytes_per_file=1 << 20)
     assert (dq.depth, dq.write_pos) == (3, 72)
     dq.put(b"again")
-    assert read_all(dq) == data[:3] + [b"again"]
+    assert read_all(dq) == [*data[:3], b"again"]
     dq.close()
 
 
@@ -868,9 +873,7 @@ def test_model(ops, max_bytes):
                 state = (dq.depth, dq.read_file_num, dq.read_pos, dq.write_file_num, dq.write_pos)
                 dq.close()
                 dq = open_q()
-                assert (
-                    dq.depth, dq.read_file_num, dq.read_pos, dq.write_file_num, dq.write_pos
-                ) == state
+                assert (dq.depth, dq.read_file_num, dq.read_pos, dq.write_file_num, dq.write_pos) == state
             elif name == "sync":
                 dq.sync()
             elif name == "empty":

@@ -21,10 +21,9 @@ MS = 1_000_000
 
 
 async def get(port: int, query: str) -> bytes:
-    async with aiohttp.ClientSession() as s:
-        async with s.get(f"http://127.0.0.1:{port}/stats?{query}") as r:
-            assert r.status == 200
-            return await r.read()
+    async with aiohttp.ClientSession() as s, s.get(f"http://127.0.0.1:{port}/stats?{query}") as r:
+        assert r.status == 200
+        return await r.read()
 
 
 async def consumers(nsqd: NSQD, topic: str, channels: list[str], n: int, rdy: int = 100):
@@ -115,9 +114,11 @@ async def test_reported_values(tmp_path):
 
 
 async def nsqd_http_create(nsqd: NSQD, topic: str) -> None:
-    async with aiohttp.ClientSession() as s:
-        async with s.post(f"http://127.0.0.1:{nsqd.http_port}/topic/create?topic={topic}") as r:
-            assert r.status == 200
+    async with (
+        aiohttp.ClientSession() as s,
+        s.post(f"http://127.0.0.1:{nsqd.http_port}/topic/create?topic={topic}") as r,
+    ):
+        assert r.status == 200
 
 
 async def test_configured_but_no_fin_yet(tmp_path):
@@ -147,13 +148,14 @@ async def test_text_report_e2e_columns(tmp_path):
 
 
 async def test_off_by_default(nsqd):
-    c, msgs = await delivered(nsqd, "t", "c", 1)
+    c, _msgs = await delivered(nsqd, "t", "c", 1)
     ch = nsqd.topics["t"].channels["c"]
     assert ch.e2e is None
     ch.record_latency(0)  # a no-op
     doc = json.loads(await get(nsqd.http_port, "format=json"))
     assert doc["topics"][0]["channels"][0]["e2e_processing_latency"] == {
-        "count": 0, "percentiles": None,
+        "count": 0,
+        "percentiles": None,
     }
     text = (await get(nsqd.http_port, "")).decode()
     assert re.search(r"msgs: 1\s+e2e%: \n", text), text

@@ -104,8 +104,15 @@ async def test_info_fields_in_go_order(nsqd, http):
     assert headers["Content-Type"] == JSON_CT
     info = json.loads(body)
     assert list(info) == [
-        "version", "broadcast_address", "hostname", "http_port", "tcp_port", "start_time",
-        "max_heartbeat_interval", "max_output_buffer_size", "max_output_buffer_timeout",
+        "version",
+        "broadcast_address",
+        "hostname",
+        "http_port",
+        "tcp_port",
+        "start_time",
+        "max_heartbeat_interval",
+        "max_output_buffer_size",
+        "max_output_buffer_timeout",
         "max_deflate_level",
     ]
     assert info["version"] == "1.3.0"
@@ -123,9 +130,8 @@ async def test_unix_socket_listener_reports_port_minus_one(tmp_path):
     sock_path = str(tmp_path / "http.sock")
     async with NSQD(make_options(tmp_path, http_address=sock_path)) as d:
         conn = aiohttp.UnixConnector(path=sock_path)
-        async with aiohttp.ClientSession(connector=conn) as s:
-            async with s.get("http://nsqd/info") as r:
-                info = await r.json()
+        async with aiohttp.ClientSession(connector=conn) as s, s.get("http://nsqd/info") as r:
+            info = await r.json()
     assert info["http_port"] == -1
     assert info["tcp_port"] == d.tcp_port
 
@@ -203,9 +209,7 @@ async def test_pub_size_limits(tmp_path, session):
         assert (await http.post("/pub?topic=t", b"x" * 10))[0] == 200
         assert (await http.post("/pub?topic=t", b"x" * 11))[::2] == err(413, "MSG_TOO_BIG")
         # no Content-Length: caught while reading
-        assert (await http.post("/pub?topic=t", chunked(b"x" * 11)))[::2] == err(
-            413, "MSG_TOO_BIG"
-        )
+        assert (await http.post("/pub?topic=t", chunked(b"x" * 11)))[::2] == err(413, "MSG_TOO_BIG")
         assert (await http.post("/pub?topic=t", chunked(b"x" * 10)))[0] == 200
         # the size check comes before the topic check
         assert (await http.post("/pub", b"x" * 11))[::2] == err(413, "MSG_TOO_BIG")
@@ -229,10 +233,7 @@ async def raw_http(port: int, request: bytes, body: bytes | None = None) -> list
 
 async def test_expect_100_continue_is_sent_only_when_the_body_is_read(tmp_path):
     async with NSQD(make_options(tmp_path, max_msg_size=10)) as d:
-        head = (
-            b"POST /pub?topic=t HTTP/1.1\r\nHost: x\r\nExpect: 100-continue\r\n"
-            b"Content-Length: %d\r\n\r\n"
-        )
+        head = b"POST /pub?topic=t HTTP/1.1\r\nHost: x\r\nExpect: 100-continue\r\nContent-Length: %d\r\n\r\n"
         # too big by Content-Length: 413 at once, the client never uploads the body
         assert (await raw_http(d.http_port, head % 11))[0].startswith(b"HTTP/1.1 413")
         lines = await raw_http(d.http_port, head % 5, b"hello")
@@ -365,9 +366,7 @@ async def test_mpub_body_too_big(tmp_path, session):
         binary = commands.encode_mpub_body([b"x"] * 3)  # 4 + 3*5 = 19 bytes
         assert (await http.post("/mpub?topic=t&binary=1", binary))[0] == 200
         binary = commands.encode_mpub_body([b"xx"] * 4)
-        assert (await http.post("/mpub?topic=t&binary=1", binary))[::2] == err(
-            413, "BODY_TOO_BIG"
-        )
+        assert (await http.post("/mpub?topic=t&binary=1", binary))[::2] == err(413, "BODY_TOO_BIG")
         assert d.topics["t"].message_count == 2 + 3
 
 
@@ -469,15 +468,11 @@ async def test_channel_argument_errors(nsqd, http, action, query, expected):
 @pytest.mark.parametrize("action", ["delete", "empty", "pause", "unpause"])
 async def test_channel_not_found(nsqd, http, action):
     nsqd.get_topic("t")
-    assert (await http.post(f"/channel/{action}?topic=t&channel=c"))[::2] == err(
-        404, "CHANNEL_NOT_FOUND"
-    )
+    assert (await http.post(f"/channel/{action}?topic=t&channel=c"))[::2] == err(404, "CHANNEL_NOT_FOUND")
 
 
 async def test_channel_create_needs_the_topic_and_receives_messages(nsqd, http):
-    assert (await http.post("/channel/create?topic=t&channel=c"))[::2] == err(
-        404, "TOPIC_NOT_FOUND"
-    )
+    assert (await http.post("/channel/create?topic=t&channel=c"))[::2] == err(404, "TOPIC_NOT_FOUND")
     assert (await http.post("/topic/create?topic=t"))[0] == 200
     assert (await http.post("/channel/create?topic=t&channel=c"))[::2] == (200, b"")
     assert (await http.post("/pub?topic=t", b"x"))[0] == 200
@@ -567,9 +562,7 @@ async def test_config_put_errors(tmp_path, session):
         http = HTTP(session, d.http_port)
         assert (await http.put("/config/log_level", b""))[::2] == err(413, "INVALID_VALUE")
         big = b'["' + b"a" * 20 + b'"]'
-        assert (await http.put("/config/nsqlookupd_tcp_addresses", big))[::2] == err(
-            413, "INVALID_VALUE"
-        )
+        assert (await http.put("/config/nsqlookupd_tcp_addresses", big))[::2] == err(413, "INVALID_VALUE")
         assert (await http.put("/config/mem_queue_size", b"5"))[::2] == err(400, "INVALID_OPTION")
         assert (await http.put("/config/nope", b"5"))[::2] == err(400, "INVALID_OPTION")
         assert d.options.mem_queue_size == 10000
@@ -679,7 +672,7 @@ async def test_keepalive_connection_serves_many_requests(nsqd, http):
 
 
 async def test_debug_pprof_equivalents(http):
-    status, headers, body = await http.get("/debug/pprof/")
+    status, _headers, body = await http.get("/debug/pprof/")
     assert status == 200 and b"/debug/pprof/profile" in body
     status, _, body = await http.get("/debug/pprof/cmdline")
     assert status == 200 and body  # argv joined by NUL

@@ -65,8 +65,17 @@ class FakeLookupd:
                 if line == "IDENTIFY":
                     (n,) = struct.unpack(">i", await reader.readexactly(4))
                     self.identify.append(json.loads(await reader.readexactly(n)))
-                    reply(json.dumps({"tcp_port": 4160, "http_port": 4161, "version": "1.3.0",
-                                      "broadcast_address": "fake", "hostname": "fake"}).encode())
+                    reply(
+                        json.dumps(
+                            {
+                                "tcp_port": 4160,
+                                "http_port": 4161,
+                                "version": "1.3.0",
+                                "broadcast_address": "fake",
+                                "hostname": "fake",
+                            }
+                        ).encode()
+                    )
                 else:
                     reply(b"OK")
         except (asyncio.IncompleteReadError, ConnectionError):
@@ -101,8 +110,9 @@ async def test_identify_and_register_as_topics_come_and_go(tmp_path, fake):
 
 
 async def test_broadcast_ports_override(tmp_path, fake):
-    opts = make_options(tmp_path, nsqlookupd_tcp_addresses=[fake.address],
-                        broadcast_tcp_port=5150, broadcast_http_port=5151)
+    opts = make_options(
+        tmp_path, nsqlookupd_tcp_addresses=[fake.address], broadcast_tcp_port=5150, broadcast_http_port=5151
+    )
     async with NSQD(opts):
         await wait_for(lambda: fake.identify)
         assert (fake.identify[0]["tcp_port"], fake.identify[0]["http_port"]) == (5150, 5151)

@@ -138,8 +138,13 @@ def test_every_flag_has_a_field_and_unique_names() -> None:
     for spec in FLAGS:
         assert spec.attr in fields, spec
     cfgs = {f.cfg for f in FLAGS}
-    assert {"id", "nsqlookupd_tcp_addresses", "auth_http_addresses",
-            "e2e_processing_latency_percentiles", "enable_experiment"} <= cfgs
+    assert {
+        "id",
+        "nsqlookupd_tcp_addresses",
+        "auth_http_addresses",
+        "e2e_processing_latency_percentiles",
+        "enable_experiment",
+    } <= cfgs
     assert "node_id" not in cfgs
 
 
@@ -288,9 +293,7 @@ def test_int_parse_error(word: str) -> None:
 
 @pytest.mark.parametrize("word", ["9223372036854775808", "-9223372036854775809", "0x1" + "0" * 20])
 def test_int_range_error(word: str) -> None:
-    assert err(["--sync-every", word]) == (
-        f'invalid value "{word}" for flag -sync-every: value out of range'
-    )
+    assert err(["--sync-every", word]) == (f'invalid value "{word}" for flag -sync-every: value out of range')
 
 
 # --------------------------------------------------------------------------------------------
@@ -355,8 +358,7 @@ def test_parse_duration_errors(text: str, message: str) -> None:
 
 
 def test_duration_flags() -> None:
-    o = parse_args(["--msg-timeout", "1h2m3.5s", "-output-buffer-timeout=100ms",
-                    "--sync-timeout=0"])
+    o = parse_args(["--msg-timeout", "1h2m3.5s", "-output-buffer-timeout=100ms", "--sync-timeout=0"])
     assert o.msg_timeout == 3723.5
     assert o.output_buffer_timeout == 0.1
     assert o.sync_timeout == 0.0
@@ -365,9 +367,7 @@ def test_duration_flags() -> None:
 @pytest.mark.parametrize("word", ["5", "60", "1x", ""])
 def test_duration_flag_error_is_gos_flag_message(word: str) -> None:
     # Go's flag package replaces time.ParseDuration's detail with "parse error"
-    assert err([f"--msg-timeout={word}"]) == (
-        f'invalid value "{word}" for flag -msg-timeout: parse error'
-    )
+    assert err([f"--msg-timeout={word}"]) == (f'invalid value "{word}" for flag -msg-timeout: parse error')
 
 
 @pytest.mark.parametrize(
@@ -401,18 +401,26 @@ def test_lookupd_addresses_append_and_split_on_commas() -> None:
 
 
 def test_auth_addresses_and_experiments_repeat() -> None:
-    o = parse_args(["--auth-http-address=a:1", "--auth-http-address=http://b/auth",
-                    "--enable-experiment=topology-aware-consumption"])
+    o = parse_args(
+        [
+            "--auth-http-address=a:1",
+            "--auth-http-address=http://b/auth",
+            "--enable-experiment=topology-aware-consumption",
+        ]
+    )
     assert o.auth_http_addresses == ["a:1", "http://b/auth"]
     assert o.enable_experiment == ["topology-aware-consumption"]
 
 
 def test_percentiles_repeat_comma_sort_and_round() -> None:
-    o = parse_args([
-        "--e2e-processing-latency-percentile=0.5,0.99",
-        "--e2e-processing-latency-percentile", "1.0",
-        "--e2e-processing-latency-percentile=0.9999999",
-    ])
+    o = parse_args(
+        [
+            "--e2e-processing-latency-percentile=0.5,0.99",
+            "--e2e-processing-latency-percentile",
+            "1.0",
+            "--e2e-processing-latency-percentile=0.9999999",
+        ]
+    )
     # Go's FloatArray keeps itself sorted high to low and Resolve re-reads it with %f
     assert o.e2e_processing_latency_percentiles == [1.0, 1.0, 0.99, 0.5]
 
@@ -431,15 +439,16 @@ def test_percentile_parse_error(word: str) -> None:
 # --------------------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize(("word", "level"), [("debug", "debug"), ("WARN", "warn"),
-                                             ("Error", "error"), ("fatal", "fatal")])
+@pytest.mark.parametrize(
+    ("word", "level"), [("debug", "debug"), ("WARN", "warn"), ("Error", "error"), ("fatal", "fatal")]
+)
 def test_log_level(word: str, level: str) -> None:
     assert parse_args([f"--log-level={word}"]).log_level == level
 
 
 def test_log_level_error() -> None:
     assert err(["--log-level", "loud"]) == (
-        "invalid value \"loud\" for flag -log-level: "
+        'invalid value "loud" for flag -log-level: '
         "invalid log level 'loud' (debug, info, warn, error, fatal)"
     )
     # "warning" is not a level name in NSQ
@@ -466,8 +475,7 @@ def test_tls_required(argv: list[str], value: str) -> None:
 
 def test_tls_required_error() -> None:
     assert err(["--tls-required=Maybe"]) == (
-        'invalid boolean value "Maybe" for -tls-required: '
-        'strconv.ParseBool: parsing "maybe": invalid syntax'
+        'invalid boolean value "Maybe" for -tls-required: strconv.ParseBool: parsing "maybe": invalid syntax'
     )
 
 
@@ -477,23 +485,21 @@ def test_tls_client_auth_policy_implies_tls_required() -> None:
     assert o.tls_required == "tcp-https"
 
 
-@pytest.mark.parametrize(("word", "value"), [("tls1.3", "tls1.3"), ("TLS1.2", "tls1.2"),
-                                             ("tls1.1", "tls1.1"), ("", "tls1.0")])
+@pytest.mark.parametrize(
+    ("word", "value"), [("tls1.3", "tls1.3"), ("TLS1.2", "tls1.2"), ("tls1.1", "tls1.1"), ("", "tls1.0")]
+)
 def test_tls_min_version(word: str, value: str) -> None:
     assert parse_args([f"--tls-min-version={word}"]).tls_min_version == value
 
 
 def test_tls_min_version_empty_keeps_earlier_value() -> None:
-    assert parse_args(["--tls-min-version=tls1.2", "--tls-min-version="]).tls_min_version == (
-        "tls1.2"
-    )
+    assert parse_args(["--tls-min-version=tls1.2", "--tls-min-version="]).tls_min_version == ("tls1.2")
 
 
 @pytest.mark.parametrize("word", ["ssl3.0", "tls1.4", "TLS9"])
 def test_tls_min_version_error(word: str) -> None:
     assert err([f"--tls-min-version={word}"]) == (
-        f'invalid value "{word}" for flag -tls-min-version: '
-        f'unknown tlsVersionOption "{word.lower()}"'
+        f'invalid value "{word}" for flag -tls-min-version: unknown tlsVersionOption "{word.lower()}"'
     )
 
 
@@ -503,8 +509,7 @@ def test_tls_min_version_error(word: str) -> None:
 
 
 def test_explicit_tracks_flags_given() -> None:
-    o = parse_args(["--max-rdy-count=2500", "--lookupd-tcp-address=a:1", "--node-id=3",
-                    "--snappy"])
+    o = parse_args(["--max-rdy-count=2500", "--lookupd-tcp-address=a:1", "--node-id=3", "--snappy"])
     assert o.explicit == {"max_rdy_count", "nsqlookupd_tcp_addresses", "node_id", "snappy"}
 
 
@@ -519,7 +524,9 @@ def test_implied_tls_required_is_not_explicit() -> None:
 
 
 def test_config_file_values(tmp_path: Path) -> None:
-    path = write_config(tmp_path, """
+    path = write_config(
+        tmp_path,
+        """
 id = 42
 log_level = "debug"
 tcp_address = "127.0.0.1:5150"
@@ -535,7 +542,8 @@ e2e_processing_latency_window_time = "1m"
 tls_min_version = "tls1.2"
 snappy = false
 enable_experiment = ["topology-aware-consumption"]
-""")
+""",
+    )
     o = parse_args(["--config", path])
     assert o.config == path
     assert o.node_id == 42
@@ -555,18 +563,31 @@ enable_experiment = ["topology-aware-consumption"]
     assert o.snappy is False
     assert o.enable_experiment == ["topology-aware-consumption"]
     assert o.explicit == {
-        "config", "node_id", "log_level", "tcp_address", "nsqlookupd_tcp_addresses",
-        "auth_http_addresses", "msg_timeout", "max_msg_timeout", "mem_queue_size",
-        "max_rdy_count", "statsd_mem_stats", "e2e_processing_latency_percentiles",
-        "e2e_processing_latency_window_time", "tls_min_version", "snappy", "enable_experiment",
+        "config",
+        "node_id",
+        "log_level",
+        "tcp_address",
+        "nsqlookupd_tcp_addresses",
+        "auth_http_addresses",
+        "msg_timeout",
+        "max_msg_timeout",
+        "mem_queue_size",
+        "max_rdy_count",
+        "statsd_mem_stats",
+        "e2e_processing_latency_percentiles",
+        "e2e_processing_latency_window_time",
+        "tls_min_version",
+        "snappy",
+        "enable_experiment",
     }
 
 
 def test_precedence_flag_over_config_over_default(tmp_path: Path) -> None:
-    path = write_config(tmp_path, 'max_rdy_count = 10\nmsg_timeout = "5s"\nsnappy = false\n'
-                                  'nsqlookupd_tcp_addresses = ["cfg:1"]\n')
-    o = parse_args([f"--config={path}", "--max-rdy-count=20",
-                    "--lookupd-tcp-address=flag:1"])
+    path = write_config(
+        tmp_path,
+        'max_rdy_count = 10\nmsg_timeout = "5s"\nsnappy = false\nnsqlookupd_tcp_addresses = ["cfg:1"]\n',
+    )
+    o = parse_args([f"--config={path}", "--max-rdy-count=20", "--lookupd-tcp-address=flag:1"])
     assert o.max_rdy_count == 20  # flag
     assert o.msg_timeout == 5.0  # config
     assert o.snappy is False  # config
@@ -579,7 +600,9 @@ def test_precedence_flag_over_config_over_default(tmp_path: Path) -> None:
 
 
 def test_unknown_and_flag_only_config_keys_are_ignored(tmp_path: Path) -> None:
-    path = write_config(tmp_path, """
+    path = write_config(
+        tmp_path,
+        """
 node_id = 7                      # the key is "id", as in Go
 lookupd_tcp_address = ["x:1"]    # the key is nsqlookupd_tcp_addresses
 verbose = true
@@ -590,7 +613,8 @@ client_timeout = "1s"
 no_such_option = 1
 [some_table]
 x = 1
-""")
+""",
+    )
     o = parse_args(["--config", path])
     defaults = Options()
     assert o.node_id == defaults.node_id
@@ -604,29 +628,42 @@ x = 1
 @pytest.mark.parametrize(
     ("toml", "message"),
     [
-        ("msg_timeout = 1.5",
-         "option resolution failed to coerce 1.5 for msg_timeout - "
-         "invalid time.Duration value type float64"),
-        ('msg_timeout = "5"',
-         'option resolution failed to coerce 5 for msg_timeout - time: invalid duration ""'),
-        ('msg_timeout = "5x"',
-         'option resolution failed to coerce 5x for msg_timeout - '
-         'time: unknown unit "x" in duration "5x"'),
-        ("msg_timeout = true",
-         "option resolution failed to coerce true for msg_timeout - "
-         "invalid time.Duration value type bool"),
-        ('max_rdy_count = "0x10"',
-         'option resolution failed to coerce 0x10 for max_rdy_count - '
-         'strconv.ParseInt: parsing "0x10": invalid syntax'),
-        ("max_rdy_count = 1.0",
-         "option resolution failed to coerce 1 for max_rdy_count - "
-         "invalid int64 value type float64"),
-        ('snappy = "nope"',
-         'option resolution failed to coerce nope for snappy - '
-         'strconv.ParseBool: parsing "nope": invalid syntax'),
-        ('e2e_processing_latency_percentiles = "0.5,x"',
-         'option resolution failed to coerce 0.5,x for e2e_processing_latency_percentiles - '
-         'strconv.ParseFloat: parsing "x": invalid syntax'),
+        (
+            "msg_timeout = 1.5",
+            "option resolution failed to coerce 1.5 for msg_timeout - "
+            "invalid time.Duration value type float64",
+        ),
+        (
+            'msg_timeout = "5"',
+            'option resolution failed to coerce 5 for msg_timeout - time: invalid duration ""',
+        ),
+        (
+            'msg_timeout = "5x"',
+            'option resolution failed to coerce 5x for msg_timeout - time: unknown unit "x" in duration "5x"',
+        ),
+        (
+            "msg_timeout = true",
+            "option resolution failed to coerce true for msg_timeout - invalid time.Duration value type bool",
+        ),
+        (
+            'max_rdy_count = "0x10"',
+            "option resolution failed to coerce 0x10 for max_rdy_count - "
+            'strconv.ParseInt: parsing "0x10": invalid syntax',
+        ),
+        (
+            "max_rdy_count = 1.0",
+            "option resolution failed to coerce 1 for max_rdy_count - invalid int64 value type float64",
+        ),
+        (
+            'snappy = "nope"',
+            "option resolution failed to coerce nope for snappy - "
+            'strconv.ParseBool: parsing "nope": invalid syntax',
+        ),
+        (
+            'e2e_processing_latency_percentiles = "0.5,x"',
+            "option resolution failed to coerce 0.5,x for e2e_processing_latency_percentiles - "
+            'strconv.ParseFloat: parsing "x": invalid syntax',
+        ),
         ('log_level = "loud"', "failed parsing log_level loud"),
         ("log_level = 2", "failed parsing log_level 2"),
         ('tls_required = "maybe"', "failed parsing tls_required maybe"),
@@ -648,10 +685,12 @@ def test_config_coercion_errors(tmp_path: Path, toml: str, message: str) -> None
         ("tls_required = false", "tls_required", "false"),
         ('tls_min_version = ""', "tls_min_version", "tls1.0"),
         ('log_level = "WARN"', "log_level", "warn"),
-        ('e2e_processing_latency_percentiles = "1.0, 0.95"',
-         "e2e_processing_latency_percentiles", [1.0, 0.95]),
-        ("e2e_processing_latency_percentiles = [1, 0.5]",
-         "e2e_processing_latency_percentiles", [1.0, 0.5]),
+        (
+            'e2e_processing_latency_percentiles = "1.0, 0.95"',
+            "e2e_processing_latency_percentiles",
+            [1.0, 0.95],
+        ),
+        ("e2e_processing_latency_percentiles = [1, 0.5]", "e2e_processing_latency_percentiles", [1.0, 0.5]),
         ('max_body_size = "-1"', "max_body_size", -1),
         ("sync_timeout = 250", "sync_timeout", 0.25),
         ('sync_timeout = "0"', None, None),  # bare digit strings are rejected, even "0"
@@ -675,9 +714,7 @@ def test_config_tls_client_auth_policy_implies_tls_required(tmp_path: Path) -> N
 
 def test_config_missing_file(tmp_path: Path) -> None:
     path = str(tmp_path / "missing.cfg")
-    assert err(["--config", path]) == (
-        f"failed to load config file {path} - No such file or directory"
-    )
+    assert err(["--config", path]) == (f"failed to load config file {path} - No such file or directory")
 
 
 def test_config_bad_toml(tmp_path: Path) -> None:
@@ -703,9 +740,16 @@ def vmsg(**changes: object) -> str:
 
 def test_defaults_validate() -> None:
     validate(Options())
-    validate(parse_args(["--max-deflate-level=1", "--node-id=1023",
-                         "--e2e-processing-latency-percentile=1.0,0.5",
-                         "--auth-http-request-method=post"]))
+    validate(
+        parse_args(
+            [
+                "--max-deflate-level=1",
+                "--node-id=1023",
+                "--e2e-processing-latency-percentile=1.0,0.5",
+                "--auth-http-request-method=post",
+            ]
+        )
+    )
 
 
 @pytest.mark.parametrize("level", [0, 10, -1])
@@ -720,9 +764,7 @@ def test_validate_node_id(node_id: int) -> None:
 
 @pytest.mark.parametrize("required", ["true", "tcp-https"])
 def test_validate_tls_required_needs_cert(required: str) -> None:
-    assert vmsg(tls_required=required) == (
-        "cannot require TLS client connections without TLS key and cert"
-    )
+    assert vmsg(tls_required=required) == ("cannot require TLS client connections without TLS key and cert")
 
 
 def test_validate_tls_policy_implies_required() -> None:
@@ -747,13 +789,12 @@ def test_validate_tls_required_value() -> None:
 
 @pytest.mark.parametrize("method", ["GET", "put", ""])
 def test_validate_auth_method(method: str) -> None:
-    assert vmsg(auth_http_request_method=method) == (
-        "--auth-http-request-method must be post or get"
-    )
+    assert vmsg(auth_http_request_method=method) == ("--auth-http-request-method must be post or get")
 
 
-@pytest.mark.parametrize(("value", "text"), [(0.0, "0"), (1.5, "1.5"), (-0.25, "-0.25"),
-                                             (2.0, "2"), (1e-05 - 1, "-0.99999")])
+@pytest.mark.parametrize(
+    ("value", "text"), [(0.0, "0"), (1.5, "1.5"), (-0.25, "-0.25"), (2.0, "2"), (1e-05 - 1, "-0.99999")]
+)
 def test_validate_percentiles(value: float, text: str) -> None:
     assert vmsg(e2e_processing_latency_percentiles=[0.5, value]) == (
         f"invalid E2E processing latency percentile: {text}"
@@ -761,9 +802,7 @@ def test_validate_percentiles(value: float, text: str) -> None:
 
 
 def test_validate_log_level_and_tls_min_version() -> None:
-    assert vmsg(log_level="loud") == (
-        "invalid log level 'loud' (debug, info, warn, error, fatal)"
-    )
+    assert vmsg(log_level="loud") == ("invalid log level 'loud' (debug, info, warn, error, fatal)")
     assert vmsg(tls_min_version="ssl3.0") == 'unknown tlsVersionOption "ssl3.0"'
 
 
@@ -810,8 +849,10 @@ def test_unbuilt_requested_defaults_empty() -> None:
         (["--lookupd-tcp-address=a:4160"], []),
         (["--e2e-processing-latency-percentile=0.99"], []),
         (["--enable-experiment=topology-aware-consumption"], ["--enable-experiment"]),
-        (["--tls-cert=c", "--tls-key=k", "--enable-experiment=topology-aware-consumption"],
-         ["--enable-experiment"]),
+        (
+            ["--tls-cert=c", "--tls-key=k", "--enable-experiment=topology-aware-consumption"],
+            ["--enable-experiment"],
+        ),
     ],
 )
 def test_unbuilt_requested(argv: list[str], flags: list[str]) -> None:
@@ -844,9 +885,14 @@ def test_disabling_or_bounding_flags_are_not_unbuilt(argv: list[str]) -> None:
 
 
 def test_config_value_shapes() -> None:
-    o = parse_args(["--node-id=5", "--lookupd-tcp-address=a:4160",
-                    "--e2e-processing-latency-percentile=0.99,1.0",
-                    "--tls-min-version=tls1.3"])
+    o = parse_args(
+        [
+            "--node-id=5",
+            "--lookupd-tcp-address=a:4160",
+            "--e2e-processing-latency-percentile=0.99,1.0",
+            "--tls-min-version=tls1.3",
+        ]
+    )
     assert config_value(o, "id") == 5
     assert config_value(o, "msg_timeout") == 60 * S
     assert config_value(o, "output_buffer_timeout") == 250_000_000
@@ -872,8 +918,9 @@ def test_config_value_tls_required(required: str, code: int) -> None:
     assert config_value(Options(tls_required=required), "tls_required") == code
 
 
-@pytest.mark.parametrize(("level", "code"),
-                         [("debug", 1), ("info", 2), ("warn", 3), ("error", 4), ("fatal", 5)])
+@pytest.mark.parametrize(
+    ("level", "code"), [("debug", 1), ("info", 2), ("warn", 3), ("error", 4), ("fatal", 5)]
+)
 def test_config_value_log_level(level: str, code: int) -> None:
     assert config_value(Options(log_level=level), "log_level") == code
 
@@ -886,9 +933,22 @@ def test_config_value_returns_a_copy_of_lists() -> None:
     assert o.nsqlookupd_tcp_addresses == ["a:1"]
 
 
-@pytest.mark.parametrize("name", ["node_id", "verbose", "version", "config", "worker_id",
-                                  "client_timeout", "queue_scan_interval", "nope",
-                                  "lookupd_tcp_address", "explicit", "max-rdy-count"])
+@pytest.mark.parametrize(
+    "name",
+    [
+        "node_id",
+        "verbose",
+        "version",
+        "config",
+        "worker_id",
+        "client_timeout",
+        "queue_scan_interval",
+        "nope",
+        "lookupd_tcp_address",
+        "explicit",
+        "max-rdy-count",
+    ],
+)
 def test_config_value_unknown(name: str) -> None:
     with pytest.raises(KeyError):
         config_value(Options(), name)
@@ -914,9 +974,23 @@ def test_set_lookupd_addresses() -> None:
 
 @pytest.mark.parametrize(
     "body",
-    [b"", b"nope", b'"a:1"', b'{"a": 1}', b"[1]", b'["a:1", null]', b'["noport"]',
-     b'["host:"]', b'[":4160"]', b'["host:99999"]', b'["host:0"]', b'["::1:4160"]',
-     b'["host:http"]', b'["a b:1"]', b"\xff"],
+    [
+        b"",
+        b"nope",
+        b'"a:1"',
+        b'{"a": 1}',
+        b"[1]",
+        b'["a:1", null]',
+        b'["noport"]',
+        b'["host:"]',
+        b'[":4160"]',
+        b'["host:99999"]',
+        b'["host:0"]',
+        b'["::1:4160"]',
+        b'["host:http"]',
+        b'["a b:1"]',
+        b"\xff",
+    ],
 )
 def test_set_lookupd_addresses_invalid(body: bytes) -> None:
     o = Options(nsqlookupd_tcp_addresses=["keep:1"])
@@ -925,8 +999,7 @@ def test_set_lookupd_addresses_invalid(body: bytes) -> None:
     assert o.nsqlookupd_tcp_addresses == ["keep:1"]
 
 
-@pytest.mark.parametrize(("body", "level"), [(b"debug", "debug"), (b"WARN", "warn"),
-                                             (b"Fatal", "fatal")])
+@pytest.mark.parametrize(("body", "level"), [(b"debug", "debug"), (b"WARN", "warn"), (b"Fatal", "fatal")])
 def test_set_log_level(body: bytes, level: str) -> None:
     o = Options()
     set_config_value(o, "log_level", body)

@@ -53,12 +53,28 @@ async def test_identify_plain_ok(nsqd):
 
 async def test_identify_feature_negotiation_fields(nsqd):
     c = await client(nsqd)
-    resp = await c.identify(feature_negotiation=True, msg_timeout=5000, output_buffer_size=4096,
-                            output_buffer_timeout=100, sample_rate=0, tls_v1=True)
+    resp = await c.identify(
+        feature_negotiation=True,
+        msg_timeout=5000,
+        output_buffer_size=4096,
+        output_buffer_timeout=100,
+        sample_rate=0,
+        tls_v1=True,
+    )
     assert set(resp) >= {
-        "max_rdy_count", "version", "max_msg_timeout", "msg_timeout", "tls_v1", "deflate",
-        "deflate_level", "max_deflate_level", "snappy", "sample_rate", "auth_required",
-        "output_buffer_size", "output_buffer_timeout",
+        "max_rdy_count",
+        "version",
+        "max_msg_timeout",
+        "msg_timeout",
+        "tls_v1",
+        "deflate",
+        "deflate_level",
+        "max_deflate_level",
+        "snappy",
+        "sample_rate",
+        "auth_required",
+        "output_buffer_size",
+        "output_buffer_timeout",
     }
     assert resp["max_rdy_count"] == 2500
     assert resp["version"] == "1.3.0"
@@ -376,7 +392,7 @@ async def test_heartbeats_and_missed_heartbeats_disconnect(nsqd):
     while True:
         try:
             await asyncio.wait_for(c.reader.read(65536), 5)
-        except (ConnectionError, asyncio.TimeoutError):
+        except (TimeoutError, ConnectionError):
             break
         if c.reader.at_eof():
             break
@@ -486,7 +502,7 @@ async def test_garbage_and_huge_sizes_cost_only_that_connection(nsqd):
 
 async def test_client_that_stops_reading_does_not_block_others(nsqd):
     # a producer that never reads its OKs
-    lazy_r, lazy_w = await asyncio.open_connection("127.0.0.1", nsqd.tcp_port)
+    _lazy_r, lazy_w = await asyncio.open_connection("127.0.0.1", nsqd.tcp_port)
     lazy_w.write(b"  V2")
     frame = commands.pub("flood", b"x" * 1000)
     lazy_w.transport.pause_reading()

@@ -15,31 +15,68 @@ import yarl
 from conftest import make_options
 from support import RawClient, wait_for
 
-from nsqpy.nsqd import stats
 from nsqpy.httpapi import go_json
+from nsqpy.nsqd import stats
 from nsqpy.nsqd.nsqd import NSQD
 from nsqpy.protocol import commands
 
 pytestmark = pytest.mark.timeout(30)
 
 TOPIC_KEYS = [
-    "topic_name", "channels", "depth", "backend_depth", "message_count", "message_bytes",
-    "paused", "e2e_processing_latency",
+    "topic_name",
+    "channels",
+    "depth",
+    "backend_depth",
+    "message_count",
+    "message_bytes",
+    "paused",
+    "e2e_processing_latency",
 ]
 CHANNEL_KEYS = [
-    "channel_name", "depth", "backend_depth", "in_flight_count", "deferred_count",
-    "message_count", "requeue_count", "timeout_count", "client_count", "clients", "paused",
+    "channel_name",
+    "depth",
+    "backend_depth",
+    "in_flight_count",
+    "deferred_count",
+    "message_count",
+    "requeue_count",
+    "timeout_count",
+    "client_count",
+    "clients",
+    "paused",
     "e2e_processing_latency",
 ]
 CLIENT_KEYS = [
-    "client_id", "hostname", "version", "remote_address", "state", "ready_count",
-    "in_flight_count", "message_count", "finish_count", "requeue_count", "connect_ts",
-    "sample_rate", "deflate", "snappy", "user_agent", "tls", "tls_cipher_suite", "tls_version",
-    "tls_negotiated_protocol", "tls_negotiated_protocol_is_mutual",
+    "client_id",
+    "hostname",
+    "version",
+    "remote_address",
+    "state",
+    "ready_count",
+    "in_flight_count",
+    "message_count",
+    "finish_count",
+    "requeue_count",
+    "connect_ts",
+    "sample_rate",
+    "deflate",
+    "snappy",
+    "user_agent",
+    "tls",
+    "tls_cipher_suite",
+    "tls_version",
+    "tls_negotiated_protocol",
+    "tls_negotiated_protocol_is_mutual",
 ]
 MEM_KEYS = [
-    "heap_objects", "heap_idle_bytes", "heap_in_use_bytes", "heap_released_bytes",
-    "gc_pause_usec_100", "gc_pause_usec_99", "gc_pause_usec_95", "next_gc_bytes",
+    "heap_objects",
+    "heap_idle_bytes",
+    "heap_in_use_bytes",
+    "heap_released_bytes",
+    "gc_pause_usec_100",
+    "gc_pause_usec_99",
+    "gc_pause_usec_95",
+    "next_gc_bytes",
     "gc_total_runs",
 ]
 NO_LATENCY = {"count": 0, "percentiles": None}
@@ -129,8 +166,7 @@ async def test_topics_and_channels_sorted_with_go_field_order(nsqd, st):
 
 async def test_channel_and_client_counters(nsqd, st):
     await st.post("/mpub?topic=t", b"m1\nm2\nm3")
-    c = await consumer(nsqd, "t", "c", rdy=1, client_id="cid", hostname="h.example",
-                       user_agent="test/1.0")
+    c = await consumer(nsqd, "t", "c", rdy=1, client_id="cid", hostname="h.example", user_agent="test/1.0")
     m1 = await c.read_message()
     c.send(commands.fin(m1.id))
     m2 = await c.read_message()
@@ -143,9 +179,16 @@ async def test_channel_and_client_counters(nsqd, st):
     assert (t["message_count"], t["message_bytes"], t["depth"]) == (3, 6, 0)
     ch = t["channels"][0]
     assert {k: ch[k] for k in CHANNEL_KEYS if k not in ("clients", "e2e_processing_latency")} == {
-        "channel_name": "c", "depth": 0, "backend_depth": 0, "in_flight_count": 1,
-        "deferred_count": 1, "message_count": 3, "requeue_count": 1, "timeout_count": 0,
-        "client_count": 1, "paused": False,
+        "channel_name": "c",
+        "depth": 0,
+        "backend_depth": 0,
+        "in_flight_count": 1,
+        "deferred_count": 1,
+        "message_count": 3,
+        "requeue_count": 1,
+        "timeout_count": 0,
+        "client_count": 1,
+        "paused": False,
     }
     (cl,) = ch["clients"]
     assert list(cl) == CLIENT_KEYS  # no pub_counts/authed: omitempty
@@ -190,7 +233,7 @@ async def test_producers_and_pub_counts(nsqd, st):
     prods = {p["remote_address"]: p for p in doc["producers"]}
     assert set(prods) == {local_address(p1), local_address(p2)}
     one = prods[local_address(p1)]
-    assert list(one) == CLIENT_KEYS[:15] + ["pub_counts"] + CLIENT_KEYS[15:]
+    assert list(one) == [*CLIENT_KEYS[:15], "pub_counts", *CLIENT_KEYS[15:]]
     assert one["pub_counts"] == [{"topic": "a", "count": 2}, {"topic": "b", "count": 3}]
     assert prods[local_address(p2)]["pub_counts"] == [{"topic": "b", "count": 1}]
 
@@ -209,9 +252,7 @@ async def test_topic_and_channel_filters(nsqd, st):
             await st.post(f"/channel/create?topic={t}&channel={ch}")
 
     def names(doc):
-        return [
-            (t["topic_name"], [c["channel_name"] for c in t["channels"]]) for t in doc["topics"]
-        ]
+        return [(t["topic_name"], [c["channel_name"] for c in t["channels"]]) for t in doc["topics"]]
 
     assert names(await st.json("topic=a")) == [("a", ["c", "d"])]
     assert names(await st.json("topic=a&channel=d")) == [("a", ["d"])]
@@ -312,8 +353,11 @@ async def test_text_layout(nsqd, st):
     )
     ident = f"host1:{c_port} ua/2"
     assert re.fullmatch(
-        re.escape(f"        [V2 {ident:<21}] state: 3 inflt: 1    rdy: 1    fin: 0        "
-                  f"re-q: 0        msgs: 1        connected: ") + r"\d+s",
+        re.escape(
+            f"        [V2 {ident:<21}] state: 3 inflt: 1    rdy: 1    fin: 0        "
+            f"re-q: 0        msgs: 1        connected: "
+        )
+        + r"\d+s",
         lines[4],
     ), lines[4]
     assert lines[5] == ""
@@ -371,8 +415,12 @@ def test_go_duration(ns, text):
 
 
 @pytest.mark.parametrize(
-    "tz,text", [("UTC0", "1970-01-01T00:00:00Z"), ("XYZ-05:30", "1970-01-01T05:30:00+05:30"),
-                ("ABC+03", "1969-12-31T21:00:00-03:00")],
+    "tz,text",
+    [
+        ("UTC0", "1970-01-01T00:00:00Z"),
+        ("XYZ-05:30", "1970-01-01T05:30:00+05:30"),
+        ("ABC+03", "1969-12-31T21:00:00-03:00"),
+    ],
 )
 def test_rfc3339_local_time(monkeypatch, tz, text):
     monkeypatch.setenv("TZ", tz)
@@ -392,7 +440,10 @@ def test_go_json_escapes_html_like_go():
 
 def test_nanoseconds_to_human():
     assert [stats.nanoseconds_to_human(v) for v in (500, 1500, 2_000_001, 3e9)] == [
-        "500.0ns", "1.5us", "2.0ms", "3.0s",
+        "500.0ns",
+        "1.5us",
+        "2.0ms",
+        "3.0s",
     ]
 
 

@@ -47,17 +47,30 @@ def test_host_key():
 
 def topic(name, channels=(), mc=0, mb=0, depth=0, bdepth=0, e2e=None):
     return {
-        "topic_name": name, "channels": list(channels), "depth": depth, "backend_depth": bdepth,
-        "message_count": mc, "message_bytes": mb, "paused": False,
+        "topic_name": name,
+        "channels": list(channels),
+        "depth": depth,
+        "backend_depth": bdepth,
+        "message_count": mc,
+        "message_bytes": mb,
+        "paused": False,
         "e2e_processing_latency": e2e or {"count": 0, "percentiles": None},
     }
 
 
 def channel(name, mc=0, rq=0, to=0, e2e=None, **gauges):
     c = {
-        "channel_name": name, "depth": 0, "backend_depth": 0, "in_flight_count": 0,
-        "deferred_count": 0, "message_count": mc, "requeue_count": rq, "timeout_count": to,
-        "client_count": 0, "clients": None, "paused": False,
+        "channel_name": name,
+        "depth": 0,
+        "backend_depth": 0,
+        "in_flight_count": 0,
+        "deferred_count": 0,
+        "message_count": mc,
+        "requeue_count": rq,
+        "timeout_count": to,
+        "client_count": 0,
+        "clients": None,
+        "paused": False,
         "e2e_processing_latency": e2e or {"count": 0, "percentiles": None},
     }
     c.update(gauges)
@@ -65,18 +78,44 @@ def channel(name, mc=0, rq=0, to=0, e2e=None, **gauges):
 
 
 MEM = {
-    "heap_objects": 11, "heap_idle_bytes": 0, "heap_in_use_bytes": 33, "heap_released_bytes": 0,
-    "gc_pause_usec_100": 5, "gc_pause_usec_99": 4, "gc_pause_usec_95": 3, "next_gc_bytes": 0,
+    "heap_objects": 11,
+    "heap_idle_bytes": 0,
+    "heap_in_use_bytes": 33,
+    "heap_released_bytes": 0,
+    "gc_pause_usec_100": 5,
+    "gc_pause_usec_99": 4,
+    "gc_pause_usec_95": 3,
+    "next_gc_bytes": 0,
     "gc_total_runs": 70,
 }
 
 
 def test_lines_in_go_order_with_types():
-    lat = {"count": 3, "percentiles": [{"quantile": 1, "value": 2500.0},
-                                       {"quantile": 0.995, "value": 7}]}
-    topics = [topic("t", [channel("c", mc=5, rq=1, to=2, depth=3, backend_depth=1,
-                                  in_flight_count=4, deferred_count=6, client_count=2, e2e=lat)],
-                    mc=5, mb=50, depth=7, bdepth=2, e2e=lat)]
+    lat = {"count": 3, "percentiles": [{"quantile": 1, "value": 2500.0}, {"quantile": 0.995, "value": 7}]}
+    topics = [
+        topic(
+            "t",
+            [
+                channel(
+                    "c",
+                    mc=5,
+                    rq=1,
+                    to=2,
+                    depth=3,
+                    backend_depth=1,
+                    in_flight_count=4,
+                    deferred_count=6,
+                    client_count=2,
+                    e2e=lat,
+                )
+            ],
+            mc=5,
+            mb=50,
+            depth=7,
+            bdepth=2,
+            e2e=lat,
+        )
+    ]
     lines, last = statsd_lines("p.", topics, {}, MEM, 60)
     assert [line.decode() for line in lines] == [
         "p.topic.t.message_count:5|c\n",
@@ -168,8 +207,12 @@ async def test_pushes_from_a_daemon(tmp_path):
     )
     port = transport.get_extra_info("sockname")[1]
     opts = make_options(
-        tmp_path, statsd_address=f"127.0.0.1:{port}", statsd_interval=0.2,
-        statsd_prefix="test.%s", broadcast_address="h.local", statsd_udp_packet_size=100,
+        tmp_path,
+        statsd_address=f"127.0.0.1:{port}",
+        statsd_interval=0.2,
+        statsd_prefix="test.%s",
+        broadcast_address="h.local",
+        statsd_udp_packet_size=100,
         e2e_processing_latency_percentiles=[0.5],
     )
     try:
@@ -244,7 +287,6 @@ async def test_unresolvable_address_logs_and_goes_on(tmp_path, caplog):
     opts = make_options(tmp_path, statsd_address="no-such-host.invalid:8125", statsd_interval=0.05)
     async with NSQD(opts):
         await wait_for(
-            lambda: "failed to create UDP socket to statsd(no-such-host.invalid:8125)"
-            in caplog.text,
+            lambda: "failed to create UDP socket to statsd(no-such-host.invalid:8125)" in caplog.text,
             timeout=10,
         )

@@ -11,11 +11,11 @@ import asyncio
 import ssl
 
 import pytest
+from conftest import make_options
 from support import RawClient, wait_for
 from transport.certs import make_pki
 from upgrade_client import UpgradedClient, UpgradeError
 
-from conftest import make_options
 from nsqpy.nsqd import protocol_v2
 from nsqpy.nsqd.nsqd import NSQD
 from nsqpy.protocol import commands
@@ -30,8 +30,7 @@ def pki(tmp_path_factory):
 
 
 def tls_opts(pki, **kw):
-    base = dict(tls_cert=pki.server_cert, tls_key=pki.server_key,
-                https_address="127.0.0.1:0")
+    base = dict(tls_cert=pki.server_cert, tls_key=pki.server_key, https_address="127.0.0.1:0")
     base.update(kw)
     return base
 
@@ -122,8 +121,10 @@ async def test_tls_then_compression(tmp_path, pki, compression):
     d = await start(tmp_path, **tls_opts(pki))
     try:
         c = await UpgradedClient.connect(
-            d.tcp_port, tls=client_ctx(pki),
-            snappy=compression == "snappy", deflate=compression == "deflate",
+            d.tcp_port,
+            tls=client_ctx(pki),
+            snappy=compression == "snappy",
+            deflate=compression == "deflate",
         )
         assert c.negotiated["tls_v1"] is True
         assert c.stack.tls is not None and c.stack.compression == compression
@@ -152,8 +153,12 @@ async def test_tls_not_offered_without_a_certificate(tmp_path, pki):
 async def test_tls_required_refuses_commands_before_the_upgrade(tmp_path, pki):
     d = await start(tmp_path, **tls_opts(pki, tls_required="true"))
     try:
-        for cmd, name in ((commands.pub("t", b"x"), "PUB"), (commands.sub("t", "c"), "SUB"),
-                          (commands.NOP, "NOP"), (commands.mpub("t", [b"x"]), "MPUB")):
+        for cmd, name in (
+            (commands.pub("t", b"x"), "PUB"),
+            (commands.sub("t", "c"), "SUB"),
+            (commands.NOP, "NOP"),
+            (commands.mpub("t", [b"x"]), "MPUB"),
+        ):
             c = await RawClient.connect(d.tcp_port)
             c.send(cmd)
             assert await c.read_error() == f"E_INVALID cannot {name} in current state (TLS required)"
@@ -174,20 +179,18 @@ async def test_http_while_tls_is_required(tmp_path, pki):
         async with aiohttp.ClientSession() as s:
             async with s.get(f"http://127.0.0.1:{d.http_port}/ping") as r:
                 assert r.status == 403
-                assert await r.read() == (
-                    b'{"message": "TLS_REQUIRED", "https_port": %d}' % d.https_port
-                )
+                assert await r.read() == (b'{"message": "TLS_REQUIRED", "https_port": %d}' % d.https_port)
             ctx = ssl.create_default_context(cafile=pki.ca_cert)
-            async with s.post(f"https://127.0.0.1:{d.https_port}/pub?topic=h", data=b"over https",
-                              ssl=ctx) as r:
+            async with s.post(
+                f"https://127.0.0.1:{d.https_port}/pub?topic=h", data=b"over https", ssl=ctx
+            ) as r:
                 assert r.status == 200 and await r.read() == b"OK"
     finally:
         await d.stop()
     d = await start(tmp_path / "2", **tls_opts(pki, tls_required="tcp-https"))
     try:
-        async with aiohttp.ClientSession() as s:
-            async with s.get(f"http://127.0.0.1:{d.http_port}/ping") as r:
-                assert r.status == 200  # tcp-https: plain HTTP stays open
+        async with aiohttp.ClientSession() as s, s.get(f"http://127.0.0.1:{d.http_port}/ping") as r:
+            assert r.status == 200  # tcp-https: plain HTTP stays open
         c = await RawClient.connect(d.tcp_port)
         c.send(commands.pub("t", b"x"))
         assert await c.read_error() == "E_INVALID cannot PUB in current state (TLS required)"
@@ -207,10 +210,15 @@ async def test_http_while_tls_is_required(tmp_path, pki):
     ],
 )
 async def test_client_certificate_policies(tmp_path, pki, policy, cert, ok):
-    d = await start(tmp_path, **tls_opts(pki, tls_client_auth_policy=policy,
-                                         tls_root_ca_file=pki.ca_cert, tls_required="true"))
-    files = {"self": (pki.self_signed_cert, pki.self_signed_key),
-             "ca": (pki.client_cert, pki.client_key), None: (None, None)}[cert]
+    d = await start(
+        tmp_path,
+        **tls_opts(pki, tls_client_auth_policy=policy, tls_root_ca_file=pki.ca_cert, tls_required="true"),
+    )
+    files = {
+        "self": (pki.self_signed_cert, pki.self_signed_key),
+        "ca": (pki.client_cert, pki.client_key),
+        None: (None, None),
+    }[cert]
     try:
         if ok:
             c = await UpgradedClient.connect(d.tcp_port, tls=client_ctx(pki, *files))
@@ -225,8 +233,7 @@ async def test_client_certificate_policies(tmp_path, pki, policy, cert, ok):
                 await c.expect_response()
             await wait_for(lambda: not d.clients)
         # a refused handshake harms nobody else
-        good = await UpgradedClient.connect(
-            d.tcp_port, tls=client_ctx(pki, pki.client_cert, pki.client_key))
+        good = await UpgradedClient.connect(d.tcp_port, tls=client_ctx(pki, pki.client_cert, pki.client_key))
         good.send(commands.pub("t", b"after"))
         assert await good.expect_response() == b"OK"
         await good.close()
@@ -267,8 +274,9 @@ async def test_garbage_after_compression_closes_only_that_connection(tmp_path, c
     d = await start(tmp_path)
     try:
         other = await UpgradedClient.connect(d.tcp_port, snappy=compression == "snappy")
-        c = await UpgradedClient.connect(d.tcp_port, snappy=compression == "snappy",
-                                         deflate=compression == "deflate")
+        c = await UpgradedClient.connect(
+            d.tcp_port, snappy=compression == "snappy", deflate=compression == "deflate"
+        )
         c.send_raw(b"\xfe\xff garbage that is neither snappy nor deflate \x00\x01" * 10)
         await c.expect_closed()
         await wait_for(lambda: len(d.clients) == 1)
@@ -297,10 +305,13 @@ async def test_upgrade_with_pipelined_commands(tmp_path):
 
     d = await start(tmp_path)
     try:
-        r, w = await asyncio.open_connection("127.0.0.1", d.tcp_port)
+        _r, w = await asyncio.open_connection("127.0.0.1", d.tcp_port)
         layer = DeflateLayer(6)
-        w.write(b"  V2" + commands.identify({"feature_negotiation": True, "deflate": True})
-                + layer.encode(commands.pub("p", b"pipelined")))
+        w.write(
+            b"  V2"
+            + commands.identify({"feature_negotiation": True, "deflate": True})
+            + layer.encode(commands.pub("p", b"pipelined"))
+        )
         await wait_for(lambda: "p" in d.topics and d.topics["p"].message_count == 1)
         w.close()
     finally:

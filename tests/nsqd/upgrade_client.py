@@ -49,16 +49,26 @@ class UpgradedClient:
     ) -> UpgradedClient:
         r, w = await asyncio.open_connection("127.0.0.1", port)
         c = cls(r, w)
-        await c.upgrade(tls=tls, snappy=snappy, deflate=deflate, deflate_level=deflate_level,
-                        **identify)
+        await c.upgrade(tls=tls, snappy=snappy, deflate=deflate, deflate_level=deflate_level, **identify)
         return c
 
     async def upgrade(
-        self, *, tls: ssl.SSLContext | None, snappy: bool, deflate: bool, deflate_level: int,
+        self,
+        *,
+        tls: ssl.SSLContext | None,
+        snappy: bool,
+        deflate: bool,
+        deflate_level: int,
         **identify: Any,
     ) -> None:
-        fields = {"feature_negotiation": True, "tls_v1": tls is not None, "snappy": snappy,
-                  "deflate": deflate, "deflate_level": deflate_level, **identify}
+        fields = {
+            "feature_negotiation": True,
+            "tls_v1": tls is not None,
+            "snappy": snappy,
+            "deflate": deflate,
+            "deflate_level": deflate_level,
+            **identify,
+        }
         self.writer.write(b"  V2" + commands.identify(fields))
         self.negotiated = json.loads(await self.expect_response())
         if self.negotiated.get("tls_v1"):
@@ -130,9 +140,7 @@ class UpgradedClient:
         deadline = time.monotonic() + timeout
         while True:
             try:
-                data = await asyncio.wait_for(
-                    self.reader.read(65536), max(deadline - time.monotonic(), 0.01)
-                )
+                data = await asyncio.wait_for(self.reader.read(65536), max(deadline - time.monotonic(), 0.01))
             except ConnectionError:
                 return
             if not data:

@@ -116,8 +116,14 @@ async def test_nodes(http, clients):
         "topics": ["t", "u"],
     }
     assert list(nodes["a"]) == [
-        "remote_address", "hostname", "broadcast_address", "tcp_port", "http_port", "version",
-        "tombstones", "topics",
+        "remote_address",
+        "hostname",
+        "broadcast_address",
+        "tcp_port",
+        "http_port",
+        "version",
+        "tombstones",
+        "topics",
     ]
     assert nodes["idle"]["topics"] == [] and nodes["idle"]["tombstones"] == []
 
@@ -243,8 +249,17 @@ async def test_wrong_method_is_405(http, method, path, allow):
 
 @pytest.mark.parametrize(
     "path",
-    ["/nope", "/create_topic", "/delete_topic", "/create_channel", "/delete_channel",
-     "/tombstone_topic_producer", "/debug/pprof/block", "/debug/pprof/symbol", "/stats"],
+    [
+        "/nope",
+        "/create_topic",
+        "/delete_topic",
+        "/create_channel",
+        "/delete_channel",
+        "/tombstone_topic_producer",
+        "/debug/pprof/block",
+        "/debug/pprof/symbol",
+        "/stats",
+    ],
 )
 async def test_unknown_and_removed_paths_are_404(http, path):
     assert (await http.get(path))[::2] == err(404, "NOT_FOUND")

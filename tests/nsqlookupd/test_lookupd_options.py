@@ -50,24 +50,47 @@ def test_defaults_match_the_reference_table():
 
 def test_every_flag_of_the_reference():
     assert [f.name for f in FLAGS] == [
-        "config", "version", "log-level", "log-prefix", "verbose", "tcp-address",
-        "http-address", "broadcast-address", "inactive-producer-timeout", "tombstone-lifetime",
+        "config",
+        "version",
+        "log-level",
+        "log-prefix",
+        "verbose",
+        "tcp-address",
+        "http-address",
+        "broadcast-address",
+        "inactive-producer-timeout",
+        "tombstone-lifetime",
     ]
 
 
 def test_flags():
-    o = parse_args([
-        "--tcp-address=127.0.0.1:5160", "-http-address", "127.0.0.1:5161",
-        "--broadcast-address", "lookupd1", "--inactive-producer-timeout=1m30s",
-        "-tombstone-lifetime=500ms", "--log-level=WARN", "--log-prefix=", "-verbose",
-    ])
+    o = parse_args(
+        [
+            "--tcp-address=127.0.0.1:5160",
+            "-http-address",
+            "127.0.0.1:5161",
+            "--broadcast-address",
+            "lookupd1",
+            "--inactive-producer-timeout=1m30s",
+            "-tombstone-lifetime=500ms",
+            "--log-level=WARN",
+            "--log-prefix=",
+            "-verbose",
+        ]
+    )
     assert o.tcp_address == "127.0.0.1:5160" and o.http_address == "127.0.0.1:5161"
     assert o.broadcast_address == "lookupd1"
     assert o.inactive_producer_timeout == 90.0 and o.tombstone_lifetime == 0.5
     assert o.log_level == "warn" and o.log_prefix == "" and o.verbose is True
     assert o.explicit == {
-        "tcp_address", "http_address", "broadcast_address", "inactive_producer_timeout",
-        "tombstone_lifetime", "log_level", "log_prefix", "verbose",
+        "tcp_address",
+        "http_address",
+        "broadcast_address",
+        "inactive_producer_timeout",
+        "tombstone_lifetime",
+        "log_level",
+        "log_prefix",
+        "verbose",
     }
 
 
@@ -88,11 +111,15 @@ def test_version_flag():
         (["--data-path=/x"], "flag provided but not defined: -data-path"),
         (["--tcp-address"], "flag needs an argument: -tcp-address"),
         (["--tombstone-lifetime=45"], 'invalid value "45" for flag -tombstone-lifetime: parse error'),
-        (["--inactive-producer-timeout", "x"],
-         'invalid value "x" for flag -inactive-producer-timeout: parse error'),
-        (["--log-level=loud"],
-         "invalid value \"loud\" for flag -log-level: invalid log level 'loud' "
-         "(debug, info, warn, error, fatal)"),
+        (
+            ["--inactive-producer-timeout", "x"],
+            'invalid value "x" for flag -inactive-producer-timeout: parse error',
+        ),
+        (
+            ["--log-level=loud"],
+            "invalid value \"loud\" for flag -log-level: invalid log level 'loud' "
+            "(debug, info, warn, error, fatal)",
+        ),
         (["--version=maybe"], 'invalid boolean value "maybe" for -version: parse error'),
         (["---x"], "bad flag syntax: ---x"),
     ],
@@ -125,7 +152,9 @@ def test_usage():
 
 
 def test_config_file(tmp_path):
-    path = write_config(tmp_path, """
+    path = write_config(
+        tmp_path,
+        """
 tcp_address = "127.0.0.1:6160"
 http_address = "127.0.0.1:6161"
 broadcast_address = "from-config"
@@ -135,7 +164,8 @@ log_level = "debug"
 log_prefix = "[L] "
 unknown_key = 1
 verbose = true
-""")
+""",
+    )
     o = parse_args([f"--config={path}", "--tcp-address=127.0.0.1:7160"])
     assert o.tcp_address == "127.0.0.1:7160"  # the command line wins
     assert o.http_address == "127.0.0.1:6161"
@@ -145,8 +175,14 @@ verbose = true
     assert o.log_level == "debug" and o.log_prefix == "[L] "
     assert o.verbose is False  # not an option key in Go's nsqlookupd.Options
     assert o.explicit == {
-        "config", "tcp_address", "http_address", "broadcast_address",
-        "inactive_producer_timeout", "tombstone_lifetime", "log_level", "log_prefix",
+        "config",
+        "tcp_address",
+        "http_address",
+        "broadcast_address",
+        "inactive_producer_timeout",
+        "tombstone_lifetime",
+        "log_level",
+        "log_prefix",
     }
 
 
@@ -154,11 +190,15 @@ verbose = true
     "text,message",
     [
         ('log_level = "loud"', "failed parsing log_level loud"),
-        ('tombstone_lifetime = "45"',
-         'option resolution failed to coerce 45 for tombstone_lifetime - time: invalid duration ""'),
-        ("tombstone_lifetime = true",
-         "option resolution failed to coerce true for tombstone_lifetime - "
-         "invalid time.Duration value type bool"),
+        (
+            'tombstone_lifetime = "45"',
+            'option resolution failed to coerce 45 for tombstone_lifetime - time: invalid duration ""',
+        ),
+        (
+            "tombstone_lifetime = true",
+            "option resolution failed to coerce true for tombstone_lifetime - "
+            "invalid time.Duration value type bool",
+        ),
         ("tcp_address = [", None),
     ],
 )
@@ -173,9 +213,7 @@ def test_config_errors(tmp_path, text, message):
 
 def test_missing_config_file(tmp_path):
     path = tmp_path / "nope.cfg"
-    assert err([f"--config={path}"]) == (
-        f"failed to load config file {path} - No such file or directory"
-    )
+    assert err([f"--config={path}"]) == (f"failed to load config file {path} - No such file or directory")
 
 
 def test_config_value():

@@ -164,8 +164,10 @@ async def test_register_requires_identify(lookupd, clients, line):
         (b"REGISTER  c\n", b"E_BAD_TOPIC REGISTER topic name '' is not valid"),
         (b"UNREGISTER t\xff\n", b"E_BAD_TOPIC UNREGISTER topic name 't\xff' is not valid"),
         (b"REGISTER t c!\n", b"E_BAD_CHANNEL REGISTER channel name 'c!' is not valid"),
-        (b"UNREGISTER t " + b"c" * 65 + b"\n",
-         b"E_BAD_CHANNEL UNREGISTER channel name '" + b"c" * 65 + b"' is not valid"),
+        (
+            b"UNREGISTER t " + b"c" * 65 + b"\n",
+            b"E_BAD_CHANNEL UNREGISTER channel name '" + b"c" * 65 + b"' is not valid",
+        ),
         (b"FOO\n", b"E_INVALID invalid command FOO"),
         (b"register t\n", b"E_INVALID invalid command register"),
         (b"\n", b"E_INVALID invalid command "),
@@ -185,14 +187,16 @@ async def test_register_and_unregister_show_in_lookup(lookupd, clients, http):
     doc = await http.json("/lookup?topic=t")
     assert doc == {
         "channels": ["c"],
-        "producers": [{
-            "remote_address": c.local_address,
-            "hostname": PEER["hostname"],
-            "broadcast_address": PEER["broadcast_address"],
-            "tcp_port": PEER["tcp_port"],
-            "http_port": PEER["http_port"],
-            "version": PEER["version"],
-        }],
+        "producers": [
+            {
+                "remote_address": c.local_address,
+                "hostname": PEER["hostname"],
+                "broadcast_address": PEER["broadcast_address"],
+                "tcp_port": PEER["tcp_port"],
+                "http_port": PEER["http_port"],
+                "version": PEER["version"],
+            }
+        ],
     }
     assert await c.unregister("t", "c") == b"OK"
     doc = await http.json("/lookup?topic=t")
@@ -276,59 +280,57 @@ async def test_fatal_error_unregisters_the_peer(lookupd, clients, http):
 
 
 async def test_inactive_producer_drops_out_until_it_pings():
-    async with NSQLookupd(lookupd_options(inactive_producer_timeout=0.3)) as lk:
-        async with aiohttp.ClientSession() as s:
-            http = HTTP(s, lk.http_port)
-            c = await V1Client.connect(lk.tcp_port)
-            try:
-                await c.identify()
-                await c.register("t")
-                assert len((await http.json("/lookup?topic=t"))["producers"]) == 1
+    async with NSQLookupd(lookupd_options(inactive_producer_timeout=0.3)) as lk, aiohttp.ClientSession() as s:
+        http = HTTP(s, lk.http_port)
+        c = await V1Client.connect(lk.tcp_port)
+        try:
+            await c.identify()
+            await c.register("t")
+            assert len((await http.json("/lookup?topic=t"))["producers"]) == 1
 
-                async def inactive():
-                    doc = await http.json("/lookup?topic=t")
-                    nodes = await http.json("/nodes")
-                    return doc["producers"] == [] and nodes["producers"] == []
+            async def inactive():
+                doc = await http.json("/lookup?topic=t")
+                nodes = await http.json("/nodes")
+                return doc["producers"] == [] and nodes["producers"] == []
 
-                await wait_for(inactive, timeout=5)
-                assert await c.command(b"PING\n") == b"OK"
-                assert len((await http.json("/lookup?topic=t"))["producers"]) == 1
-                assert len((await http.json("/nodes"))["producers"]) == 1
-            finally:
-                await c.close()
+            await wait_for(inactive, timeout=5)
+            assert await c.command(b"PING\n") == b"OK"
+            assert len((await http.json("/lookup?topic=t"))["producers"]) == 1
+            assert len((await http.json("/nodes"))["producers"]) == 1
+        finally:
+            await c.close()
 
 
 async def test_tombstoned_producer_is_hidden_for_the_lifetime():
-    async with NSQLookupd(lookupd_options(tombstone_lifetime=0.5)) as lk:
-        async with aiohttp.ClientSession() as s:
-            http = HTTP(s, lk.http_port)
-            a, b = await V1Client.connect(lk.tcp_port), await V1Client.connect(lk.tcp_port)
-            try:
-                await a.identify(broadcast_address="a", http_port=1)
-                await b.identify(broadcast_address="b", http_port=2)
-                for c in (a, b):
-                    await c.register("t")
-                    await c.register("u")
-                status, _, body = await http.post("/topic/tombstone?topic=t&node=a:1")
-                assert (status, body) == (200, b"")
+    async with NSQLookupd(lookupd_options(tombstone_lifetime=0.5)) as lk, aiohttp.ClientSession() as s:
+        http = HTTP(s, lk.http_port)
+        a, b = await V1Client.connect(lk.tcp_port), await V1Client.connect(lk.tcp_port)
+        try:
+            await a.identify(broadcast_address="a", http_port=1)
+            await b.identify(broadcast_address="b", http_port=2)
+            for c in (a, b):
+                await c.register("t")
+                await c.register("u")
+            status, _, body = await http.post("/topic/tombstone?topic=t&node=a:1")
+            assert (status, body) == (200, b"")
+            doc = await http.json("/lookup?topic=t")
+            assert [p["broadcast_address"] for p in doc["producers"]] == ["b"]
+            assert len((await http.json("/lookup?topic=u"))["producers"]) == 2
+            nodes = {n["broadcast_address"]: n for n in (await http.json("/nodes"))["producers"]}
+            assert nodes["a"]["topics"] == ["t", "u"]
+            assert nodes["a"]["tombstones"] == [True, False]
+            assert nodes["b"]["tombstones"] == [False, False]
+
+            async def back():
                 doc = await http.json("/lookup?topic=t")
-                assert [p["broadcast_address"] for p in doc["producers"]] == ["b"]
-                assert len((await http.json("/lookup?topic=u"))["producers"]) == 2
-                nodes = {n["broadcast_address"]: n for n in (await http.json("/nodes"))["producers"]}
-                assert nodes["a"]["topics"] == ["t", "u"]
-                assert nodes["a"]["tombstones"] == [True, False]
-                assert nodes["b"]["tombstones"] == [False, False]
+                return len(doc["producers"]) == 2
 
-                async def back():
-                    doc = await http.json("/lookup?topic=t")
-                    return len(doc["producers"]) == 2
-
-                await wait_for(back, timeout=5)
-                nodes = {n["broadcast_address"]: n for n in (await http.json("/nodes"))["producers"]}
-                assert nodes["a"]["tombstones"] == [False, False]
-            finally:
-                await a.close()
-                await b.close()
+            await wait_for(back, timeout=5)
+            nodes = {n["broadcast_address"]: n for n in (await http.json("/nodes"))["producers"]}
+            assert nodes["a"]["tombstones"] == [False, False]
+        finally:
+            await a.close()
+            await b.close()
 
 
 async def test_stop_closes_clients():
@@ -368,9 +370,11 @@ async def test_unix_socket_listeners(tmp_path):
                 assert (reply["tcp_port"], reply["http_port"]) == (0, 0)
                 assert await c.register("t") == b"OK"
             conn = aiohttp.UnixConnector(path=http_path)
-            async with aiohttp.ClientSession(connector=conn) as s:
-                async with s.get("http://lookupd/lookup?topic=t") as resp:
-                    doc = await resp.json()
+            async with (
+                aiohttp.ClientSession(connector=conn) as s,
+                s.get("http://lookupd/lookup?topic=t") as resp,
+            ):
+                doc = await resp.json()
             # two peers without a peer address stay two producers
             assert sorted(p["broadcast_address"] for p in doc["producers"]) == ["a", "b"]
         finally:

@@ -403,7 +403,12 @@ def test_debug_dump():
 
 def test_peer_info_json_field_order():
     assert list(peer(1).to_json()) == [
-        "remote_address", "hostname", "broadcast_address", "tcp_port", "http_port", "version",
+        "remote_address",
+        "hostname",
+        "broadcast_address",
+        "tcp_port",
+        "http_port",
+        "version",
     ]
 
 
@@ -482,10 +487,7 @@ class RegistryMachine(RuleBasedStateMachine):
 
     @invariant()
     def db_matches_model(self) -> None:
-        got = {
-            tuple(k): {PEERS.index(p.peer_info) for p in producers}
-            for k, producers in self.db.items()
-        }
+        got = {tuple(k): {PEERS.index(p.peer_info) for p in producers} for k, producers in self.db.items()}
         assert got == self.model
         for topic in TOPICS:
             found = self.db.lookup(topic, 300, 45, NOW)

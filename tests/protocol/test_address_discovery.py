@@ -16,8 +16,12 @@ from nsqpy.protocol.discovery import Producer, lookup_headers, lookup_url, produ
 
 @pytest.mark.parametrize(
     "addr,want",
-    [("127.0.0.1:4150", ("127.0.0.1", 4150)), ("[::1]:4150", ("::1", 4150)),
-     ("host.example:1", ("host.example", 1)), (" h:65535 ", ("h", 65535))],
+    [
+        ("127.0.0.1:4150", ("127.0.0.1", 4150)),
+        ("[::1]:4150", ("::1", 4150)),
+        ("host.example:1", ("host.example", 1)),
+        (" h:65535 ", ("h", 65535)),
+    ],
 )
 def test_split(addr, want):
     assert split_address(addr) == want
@@ -55,13 +59,16 @@ def test_lookup_url_and_headers():
 
 
 def test_producers():
-    doc = {"channels": [], "producers": [
-        {"broadcast_address": "n1", "hostname": "h1", "tcp_port": 4150, "http_port": 4151},
-        {"broadcast_address": "::1", "tcp_port": 5150, "http_port": 5151},
-        {"broadcast_address": "", "hostname": "h3", "tcp_port": 1, "http_port": 2},
-        {"broadcast_address": "n1", "tcp_port": 4150, "http_port": 4151},
-        "junk",
-    ]}
+    doc = {
+        "channels": [],
+        "producers": [
+            {"broadcast_address": "n1", "hostname": "h1", "tcp_port": 4150, "http_port": 4151},
+            {"broadcast_address": "::1", "tcp_port": 5150, "http_port": 5151},
+            {"broadcast_address": "", "hostname": "h3", "tcp_port": 1, "http_port": 2},
+            {"broadcast_address": "n1", "tcp_port": 4150, "http_port": 4151},
+            "junk",
+        ],
+    }
     assert producers(doc) == [Producer("n1:4150", "n1:4151"), Producer("[::1]:5150", "[::1]:5151")]
     assert producers({"data": doc}) == producers(doc)
     assert producers(None) == [] and producers({"producers": None}) == []

@@ -112,17 +112,23 @@ COMBOS = [
 @pytest.mark.parametrize("combo", COMBOS)
 async def test_every_combination_publishes_and_consumes(tmp_path, pki, combo, auth):
     authd = await AuthServer().start() if auth else None
-    opts = Options(tcp_address="127.0.0.1:0", http_address="127.0.0.1:0",
-                   data_path=str(tmp_path), tls_cert=pki.server_cert, tls_key=pki.server_key,
-                   https_address="127.0.0.1:0",
-                   auth_http_addresses=[authd.address] if authd else [])
+    opts = Options(
+        tcp_address="127.0.0.1:0",
+        http_address="127.0.0.1:0",
+        data_path=str(tmp_path),
+        tls_cert=pki.server_cert,
+        tls_key=pki.server_key,
+        https_address="127.0.0.1:0",
+        auth_http_addresses=[authd.address] if authd else [],
+    )
     try:
         async with NSQD(opts) as d:
             pub = await Shell.open(d.tcp_port, make_proto(pki, secret="good" if auth else None, **combo))
             ready = await pub.ready()
             assert bool(ready.settings["tls_v1"]) is combo.get("tls", False)
-            assert pub.p.stack.compression == ("snappy" if combo.get("snappy") else
-                                               "deflate" if combo.get("deflate") else None)
+            assert pub.p.stack.compression == (
+                "snappy" if combo.get("snappy") else "deflate" if combo.get("deflate") else None
+            )
             assert (ready.auth or {}).get("identity") == ("ann" if auth else None)
             bodies = [b"body %d " % i + bytes(range(256)) for i in range(500)]
             a = await pub.request(commands.pub("orders", bodies[0]), "pub")
@@ -180,14 +186,19 @@ async def test_fatal_error_answers_the_pending_command(tmp_path):
 
 
 @pytest.mark.parametrize(
-    "secret,code", [("wrong", "E_AUTH_FAILED"), ("empty", "E_UNAUTHORIZED")],
+    "secret,code",
+    [("wrong", "E_AUTH_FAILED"), ("empty", "E_UNAUTHORIZED")],
 )
 async def test_auth_refused_raises_the_servers_error(tmp_path, secret, code):
     authd = await AuthServer().start()
     authd.answers["empty"] = dict(GRANT, authorizations=[])
     try:
-        opts = Options(tcp_address="127.0.0.1:0", http_address="", data_path=str(tmp_path),
-                       auth_http_addresses=[authd.address])
+        opts = Options(
+            tcp_address="127.0.0.1:0",
+            http_address="",
+            data_path=str(tmp_path),
+            auth_http_addresses=[authd.address],
+        )
         async with NSQD(opts) as d:
             s = await Shell.open(d.tcp_port, make_proto(secret=secret))
             with pytest.raises(ProtocolError) as e:
@@ -200,8 +211,12 @@ async def test_auth_refused_raises_the_servers_error(tmp_path, secret, code):
 async def test_auth_required_without_a_secret(tmp_path):
     authd = await AuthServer().start()
     try:
-        opts = Options(tcp_address="127.0.0.1:0", http_address="", data_path=str(tmp_path),
-                       auth_http_addresses=[authd.address])
+        opts = Options(
+            tcp_address="127.0.0.1:0",
+            http_address="",
+            data_path=str(tmp_path),
+            auth_http_addresses=[authd.address],
+        )
         async with NSQD(opts) as d:
             s = await Shell.open(d.tcp_port, make_proto())
             with pytest.raises(HandshakeError, match="requires AUTH"):
@@ -212,12 +227,20 @@ async def test_auth_required_without_a_secret(tmp_path):
 
 async def test_tls_verification_failure(tmp_path, pki):
     other = make_pki(tmp_path / "other")  # a CA that did not sign nsqd's certificate
-    opts = Options(tcp_address="127.0.0.1:0", http_address="", data_path=str(tmp_path),
-                   tls_cert=pki.server_cert, tls_key=pki.server_key, https_address="")
+    opts = Options(
+        tcp_address="127.0.0.1:0",
+        http_address="",
+        data_path=str(tmp_path),
+        tls_cert=pki.server_cert,
+        tls_key=pki.server_key,
+        https_address="",
+    )
     async with NSQD(opts) as d:
-        proto = ClientProtocol(dict(IDENT, tls_v1=True),
-                               tls_context=client_tls_context(root_ca_file=other.ca_cert),
-                               server_hostname="127.0.0.1")
+        proto = ClientProtocol(
+            dict(IDENT, tls_v1=True),
+            tls_context=client_tls_context(root_ca_file=other.ca_cert),
+            server_hostname="127.0.0.1",
+        )
         s = await Shell.open(d.tcp_port, proto)
         with pytest.raises(TransportError, match="certificate verify failed"):
             await s.ready()
@@ -226,8 +249,9 @@ async def test_tls_verification_failure(tmp_path, pki):
 async def test_server_that_refuses_compression_and_tls(tmp_path, pki):
     """nsqd without a certificate and with --snappy=false/--deflate=false answers false: the
     connection carries on in plain text."""
-    opts = Options(tcp_address="127.0.0.1:0", http_address="", data_path=str(tmp_path),
-                   snappy=False, deflate=False)
+    opts = Options(
+        tcp_address="127.0.0.1:0", http_address="", data_path=str(tmp_path), snappy=False, deflate=False
+    )
     async with NSQD(opts) as d:
         s = await Shell.open(d.tcp_port, make_proto(pki, tls=True, snappy=True))
         ready = await s.ready()
@@ -256,8 +280,11 @@ def test_byte_by_byte_handshake_and_frames():
     p.send_request(commands.pub("t", b"x"), "pub")
     client_stream = SnappyLayer()  # what the server decodes the client's bytes with
     assert client_stream.decode(p.data_to_send()) == commands.pub("t", b"x")
-    wire = server.encode(encode_response(b"_heartbeat_") + encode_response(b"OK")
-                         + encode_message_frame(1, 1, b"a" * 16, b"hello"))
+    wire = server.encode(
+        encode_response(b"_heartbeat_")
+        + encode_response(b"OK")
+        + encode_message_frame(1, 1, b"a" * 16, b"hello")
+    )
     events = []
     for i in range(len(wire)):
         events += p.receive(wire[i : i + 1])

@@ -9,8 +9,8 @@ from nsqpy.protocol.names import is_ephemeral, is_valid_channel_name, is_valid_t
 
 def test_response_frame_bytes():
     assert frames.encode_response(b"OK") == b"\x00\x00\x00\x06\x00\x00\x00\x00OK"
-    assert frames.OK_FRAME == frames.encode_frame(0, b"OK")
-    assert frames.HEARTBEAT_FRAME == struct.pack(">Ii", 15, 0) + b"_heartbeat_"
+    assert frames.encode_frame(0, b"OK") == frames.OK_FRAME
+    assert struct.pack(">Ii", 15, 0) + b"_heartbeat_" == frames.HEARTBEAT_FRAME
 
 
 def test_error_frame_bytes():
@@ -76,7 +76,7 @@ def test_protocol_error_text_and_fatality():
     assert not e.fatal
     assert bytes(e) == b"E_FIN_FAILED FIN x failed ID not in flight"
     assert ProtocolError("E_INVALID", "x").fatal
-    back = ProtocolError.from_frame(b"E_BAD_TOPIC PUB topic name \"a b\" is not valid")
+    back = ProtocolError.from_frame(b'E_BAD_TOPIC PUB topic name "a b" is not valid')
     assert back.code == "E_BAD_TOPIC" and back.description.startswith("PUB")
 
 

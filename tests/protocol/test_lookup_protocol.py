@@ -37,7 +37,7 @@ def test_lines_are_trimmed_and_split_on_single_spaces():
 
 
 def test_lines_keep_invalid_utf8_bytes():
-    [[name, topic]] = lines(b"REGISTER t\xff\n")
+    [[_name, topic]] = lines(b"REGISTER t\xff\n")
     assert lookup.encode_text(topic) == b"t\xff"
 
 
@@ -89,8 +89,9 @@ def test_bad_body_size(size):
     assert info.value.text() == "E_BAD_BODY IDENTIFY failed to read body"
 
 
-@given(st.lists(st.sampled_from([b"PING", b"REGISTER a b", b" UNREGISTER c "]), max_size=8),
-       st.integers(1, 7))
+@given(
+    st.lists(st.sampled_from([b"PING", b"REGISTER a b", b" UNREGISTER c "]), max_size=8), st.integers(1, 7)
+)
 def test_any_chunking_gives_the_same_commands(cmds, step):
     data = b"".join(c + b"\n" for c in cmds)
     p = LookupParser()
@@ -133,8 +134,12 @@ FULL = {
 def test_decode_identify_fields_and_defaults():
     assert decode_identify(json.dumps(FULL).encode()) == {"remote_address": "", **FULL}
     assert decode_identify(b"{}") == {
-        "remote_address": "", "hostname": "", "broadcast_address": "",
-        "tcp_port": 0, "http_port": 0, "version": "",
+        "remote_address": "",
+        "hostname": "",
+        "broadcast_address": "",
+        "tcp_port": 0,
+        "http_port": 0,
+        "version": "",
     }
     assert decode_identify(b"null")["tcp_port"] == 0
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import random
 from collections.abc import Iterable, Sequence
 
@@ -40,7 +41,7 @@ def split(data: bytes, cuts: Iterable[int]) -> list[bytes]:
     """``data`` cut at the given offsets (any order, duplicates and out-of-range ignored)."""
     points = sorted({c for c in cuts if 0 < c < len(data)})
     bounds = [0, *points, len(data)]
-    return [data[a:b] for a, b in zip(bounds, bounds[1:], strict=False)]
+    return [data[a:b] for a, b in itertools.pairwise(bounds)]
 
 
 def random_pieces(data: bytes, rng: random.Random, max_piece: int = 5000) -> list[bytes]:

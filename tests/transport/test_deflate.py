@@ -85,7 +85,7 @@ def test_data_after_the_final_block_raises():
     wire = compressor.compress(b"last words") + compressor.flush(zlib.Z_FINISH)
     layer = DeflateLayer()
     assert layer.decode(wire) == b"last words"
-    with pytest.raises(TransportError, match="^flate: data after the end of the stream$"):
+    with pytest.raises(TransportError, match=r"^flate: data after the end of the stream$"):
         layer.decode(b"more")
 
 

@@ -12,11 +12,11 @@ from hypothesis import strategies as st
 
 pytest.importorskip("cramjam")
 
-import cramjam  # noqa: E402
+import cramjam
 
-from nsqpy.transport import SnappyLayer, TransportError  # noqa: E402
-from nsqpy.transport.snappy import MAX_CHUNK_LEN, STREAM_IDENTIFIER  # noqa: E402
-from transport.pairs import random_pieces, split  # noqa: E402
+from nsqpy.transport import SnappyLayer, TransportError
+from nsqpy.transport.snappy import MAX_CHUNK_LEN, STREAM_IDENTIFIER
+from transport.pairs import random_pieces, split
 
 
 def crc32c(data: bytes) -> int:
@@ -182,7 +182,7 @@ def test_wrong_crc_in_a_compressed_chunk():
     wire = bytearray(SnappyLayer().encode(b"hello world " * 100))
     assert wire[10] == 0x00
     wire[14] ^= 0x01  # first CRC byte of the first data chunk
-    with pytest.raises(TransportError, match="^snappy: corrupt input"):
+    with pytest.raises(TransportError, match=r"^snappy: corrupt input"):
         SnappyLayer().decode(bytes(wire))
 
 
@@ -190,7 +190,7 @@ def test_compressed_chunk_decoding_to_more_than_64k_is_refused():
     block = b"a" * 100_000
     raw = bytes(cramjam.snappy.compress_raw(block))
     stream = STREAM_IDENTIFIER + chunk(0x00, struct.pack("<I", masked_crc(block)) + raw)
-    with pytest.raises(TransportError, match="^snappy: corrupt input"):
+    with pytest.raises(TransportError, match=r"^snappy: corrupt input"):
         SnappyLayer().decode(stream)
 
 

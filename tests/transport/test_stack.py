@@ -204,7 +204,7 @@ def test_garbage_after_a_compression_upgrade(compression):
 
 def test_garbage_after_a_tls_upgrade(server_ctx):
     stack = Stack()
-    with pytest.raises(TransportError, match="^TLS handshake failed"):
+    with pytest.raises(TransportError, match=r"^TLS handshake failed"):
         stack.push(TLSLayer(server_ctx, server_side=True), pending=b"PUB topic\n\x00\x00\x00\x05hello")
 
 

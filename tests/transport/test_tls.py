@@ -160,7 +160,7 @@ def test_require_accepts_any_client_certificate(pki, which):
     pytest.importorskip("OpenSSL")
     ctx = server_tls_context(pki.server_cert, pki.server_key, "require", pki.ca_cert)
     assert not isinstance(ctx, ssl.SSLContext)  # the pyOpenSSL backend
-    client, server = attempt(ctx, client_with(pki, which))
+    _client, server = attempt(ctx, client_with(pki, which))
     tls = server.tls
     assert tls is not None
     expected = "rogue.nsqpy" if which == "self-signed" else "client.nsqpy"
@@ -243,13 +243,13 @@ def test_garbage_client_hello(pki, policy):
         pytest.importorskip("OpenSSL")
     ctx = server_tls_context(pki.server_cert, pki.server_key, policy)
     layer = TLSLayer(ctx, server_side=True)
-    with pytest.raises(TransportError, match="^TLS handshake failed - "):
+    with pytest.raises(TransportError, match=r"^TLS handshake failed - "):
         layer.decode(b"PUB topic\n\x00\x00\x00\x05hello, this is no ClientHello")
 
 
 def test_garbage_after_the_handshake(server_ctx, client_ctx):
     _, server = tls_pair(server_ctx, client_ctx)
-    with pytest.raises(TransportError, match="^TLS error - "):
+    with pytest.raises(TransportError, match=r"^TLS error - "):
         server.receive(b"\x17\x03\x03\x00\x20" + b"\x00" * 32)  # an undecryptable record
 
 
@@ -280,7 +280,7 @@ def _run_peer(target: Callable[[], None]) -> tuple[threading.Thread, list[BaseEx
     def run() -> None:
         try:
             target()
-        except BaseException as e:  # noqa: BLE001 - reported by the test
+        except BaseException as e:
             errors.append(e)
 
     thread = threading.Thread(target=run, daemon=True)

@@ -104,10 +104,7 @@ class ClusterInfo:
         self, topic: str, lookupd_http_addrs: list[str]
     ) -> tuple[list[str] | None, BaseException | None]:
         results = await self._gather(
-            [
-                self._get("nsqlookupd", f"http://{a}/channels?topic={_q(topic)}")
-                for a in lookupd_http_addrs
-            ]
+            [self._get("nsqlookupd", f"http://{a}/channels?topic={_q(topic)}") for a in lookupd_http_addrs]
         )
         channels: list[str] = []
         errs: list[BaseException] = []
@@ -164,10 +161,7 @@ class ClusterInfo:
     ) -> tuple[list[Producer] | None, BaseException | None]:
         """The nsqd that produce ``topic`` (``/lookup``), merged by HTTP address."""
         results = await self._gather(
-            [
-                self._get("nsqlookupd", f"http://{a}/lookup?topic={_q(topic)}")
-                for a in lookupd_http_addrs
-            ]
+            [self._get("nsqlookupd", f"http://{a}/lookup?topic={_q(topic)}") for a in lookupd_http_addrs]
         )
         producers: list[Producer] = []
         errs: list[BaseException] = []
@@ -213,9 +207,7 @@ class ClusterInfo:
         given and this nsqd does not have it."""
         if topic is None:
             info = await self._get("nsqd", f"http://{addr}/info")
-            stats = await self._get(
-                "nsqd", f"http://{addr}/stats?format=json&include_clients=false"
-            )
+            stats = await self._get("nsqd", f"http://{addr}/stats?format=json&include_clients=false")
         else:
             stats = await self._get(
                 "nsqd",
@@ -367,12 +359,8 @@ class ClusterInfo:
     async def _lookupd_post(self, addrs: list[str], uri: str, qs: str) -> ErrList | None:
         return await self._post_all("nsqlookupd", addrs, uri, qs)
 
-    async def _producers_post(
-        self, producers: list[Producer] | None, uri: str, qs: str
-    ) -> ErrList | None:
-        return await self._post_all(
-            "nsqd", [p.http_address() for p in producers or ()], uri, qs
-        )
+    async def _producers_post(self, producers: list[Producer] | None, uri: str, qs: str) -> ErrList | None:
+        return await self._post_all("nsqd", [p.http_address() for p in producers or ()], uri, qs)
 
     @staticmethod
     def _collect(errs: list[BaseException], err: BaseException | None) -> None:
@@ -401,8 +389,7 @@ class ClusterInfo:
             self._collect(errs, await self._lookupd_post(lookupd_http_addrs, "topic/tombstone", qs))
             producers, err = await self.get_nsqd_producers([node])
             self._collect(errs, err)
-            self._collect(errs, await self._producers_post(producers, "topic/delete",
-                                                           f"topic={_q(topic)}"))
+            self._collect(errs, await self._producers_post(producers, "topic/delete", f"topic={_q(topic)}"))
 
         return await self._run(steps)
 
@@ -417,9 +404,7 @@ class ClusterInfo:
             self._collect(errs, await self._lookupd_post(lookupd_http_addrs, "topic/create", qs))
             if channel:
                 qs = f"topic={_q(topic)}&channel={_q(channel)}"
-                self._collect(
-                    errs, await self._lookupd_post(lookupd_http_addrs, "channel/create", qs)
-                )
+                self._collect(errs, await self._lookupd_post(lookupd_http_addrs, "channel/create", qs))
                 producers, err = await self.get_lookupd_topic_producers(topic, lookupd_http_addrs)
                 self._collect(errs, err)
                 self._collect(errs, await self._producers_post(producers, "channel/create", qs))
@@ -431,9 +416,7 @@ class ClusterInfo:
     ) -> BaseException | None:
         async def steps(errs: list[BaseException]) -> None:
             # the producers first: once lookupd forgets the topic they are gone from /lookup
-            producers, err = await self.get_topic_producers(
-                topic, lookupd_http_addrs, nsqd_http_addrs
-            )
+            producers, err = await self.get_topic_producers(topic, lookupd_http_addrs, nsqd_http_addrs)
             self._collect(errs, err)
             qs = f"topic={_q(topic)}"
             self._collect(errs, await self._lookupd_post(lookupd_http_addrs, "topic/delete", qs))
@@ -445,28 +428,26 @@ class ClusterInfo:
         self, topic: str, channel: str, lookupd_http_addrs: list[str], nsqd_http_addrs: list[str]
     ) -> BaseException | None:
         async def steps(errs: list[BaseException]) -> None:
-            producers, err = await self.get_topic_producers(
-                topic, lookupd_http_addrs, nsqd_http_addrs
-            )
+            producers, err = await self.get_topic_producers(topic, lookupd_http_addrs, nsqd_http_addrs)
             self._collect(errs, err)
             qs = f"topic={_q(topic)}&channel={_q(channel)}"
-            self._collect(
-                errs, await self._lookupd_post(lookupd_http_addrs, "channel/delete", qs)
-            )
+            self._collect(errs, await self._lookupd_post(lookupd_http_addrs, "channel/delete", qs))
             self._collect(errs, await self._producers_post(producers, "channel/delete", qs))
 
         return await self._run(steps)
 
     async def _action(
-        self, topic: str, lookupd_http_addrs: list[str], nsqd_http_addrs: list[str],
-        uri: str, qs: str,
+        self,
+        topic: str,
+        lookupd_http_addrs: list[str],
+        nsqd_http_addrs: list[str],
+        uri: str,
+        qs: str,
     ) -> BaseException | None:
         """Go's ``actionHelper``: POST ``uri`` to every nsqd that produces ``topic``."""
 
         async def steps(errs: list[BaseException]) -> None:
-            producers, err = await self.get_topic_producers(
-                topic, lookupd_http_addrs, nsqd_http_addrs
-            )
+            producers, err = await self.get_topic_producers(topic, lookupd_http_addrs, nsqd_http_addrs)
             self._collect(errs, err)
             self._collect(errs, await self._producers_post(producers, uri, qs))
 

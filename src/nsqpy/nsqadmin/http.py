@@ -66,8 +66,8 @@ if TYPE_CHECKING:
     from .nsqadmin import NSQAdmin
 
 __all__ = [
-    "HTTPServer",
     "STATIC_DIR",
+    "HTTPServer",
     "decode_body",
     "join_base",
     "maybe_warn_msg",
@@ -264,8 +264,7 @@ def decode_body(data: bytes, fields: tuple[str, ...]) -> dict[str, str]:
         return out
     if not isinstance(value, dict):
         raise ValueError(
-            f"json: cannot unmarshal {_json_kind(value)} into Go value of type "
-            f"{_go_struct_type(fields)}"
+            f"json: cannot unmarshal {_json_kind(value)} into Go value of type {_go_struct_type(fields)}"
         )
     type_error = ""
     for key, v in value.items():
@@ -333,11 +332,7 @@ class HTTPServer:
         resp = await self.router.dispatch(request)
         # Go's CompressHandler: gzip/deflate when the client accepts it
         accept = request.headers.get("Accept-Encoding", "")
-        if (
-            isinstance(resp, web.Response)
-            and resp.body
-            and ("gzip" in accept or "deflate" in accept)
-        ):
+        if isinstance(resp, web.Response) and resp.body and ("gzip" in accept or "deflate" in accept):
             resp.enable_compression()
         return resp
 
@@ -357,9 +352,7 @@ class HTTPServer:
         if not self.is_authorized_admin_request(request):
             raise HTTPError(403, "FORBIDDEN")
 
-    def _notify(
-        self, action: str, topic: str, channel: str, node: str, request: web.Request
-    ) -> None:
+    def _notify(self, action: str, topic: str, channel: str, node: str, request: web.Request) -> None:
         self.admin.notifier.notify(action, topic, channel, node, request)
 
     @staticmethod
@@ -375,9 +368,7 @@ class HTTPServer:
         messages.append(str(err))
 
     def _addrs(self) -> tuple[list[str], list[str]]:
-        return list(self.opts.nsqlookupd_http_addresses or ()), list(
-            self.opts.nsqd_http_addresses or ()
-        )
+        return list(self.opts.nsqlookupd_http_addresses or ()), list(self.opts.nsqd_http_addresses or ())
 
     # --- pages and files --------------------------------------------------------------------
 
@@ -437,9 +428,7 @@ class HTTPServer:
 
     async def index(self, request: web.Request, params: Params) -> Any:
         asset = await self._read_static("index.html") or b""
-        html = render_index(
-            asset.decode("utf-8", "replace"), self.page_values(request), self.opts.base_path
-        )
+        html = render_index(asset.decode("utf-8", "replace"), self.page_values(request), self.opts.base_path)
         return web.Response(body=html.encode(), headers={"Content-Type": "text/html"})
 
     async def static_asset(self, request: web.Request, params: Params) -> Any:
@@ -478,19 +467,16 @@ class HTTPServer:
             creds = f"{target.user}:{target.password or ''}".encode()
             headers["Authorization"] = "Basic " + base64.b64encode(creds).decode()
         try:
-            async with self.admin.client.session().get(
-                url, headers=headers, allow_redirects=False
-            ) as resp:
+            async with self.admin.client.session().get(url, headers=headers, allow_redirects=False) as resp:
                 body = await resp.read()
                 status, resp_headers = resp.status, resp.headers
-        except (aiohttp.ClientError, OSError, TimeoutError, asyncio.TimeoutError) as e:
+        except (aiohttp.ClientError, OSError, TimeoutError) as e:
             log.error("http: proxy error: %s", e)
             return web.Response(status=502)
         out = {
             k: v
             for k, v in resp_headers.items()
-            if k.lower() not in _HOP_HEADERS
-            and k.lower() not in ("content-length", "content-encoding")
+            if k.lower() not in _HOP_HEADERS and k.lower() not in ("content-length", "content-encoding")
         }
         return web.Response(status=status, body=body, headers=out)
 
@@ -528,9 +514,7 @@ class HTTPServer:
         lookupds, nsqds = self._addrs()
         producers, err = await self.ci.get_topic_producers(topic_name, lookupds, nsqds)
         self._check(err, "failed to get topic producers", messages)
-        topic_stats, _, err = await self.ci.get_nsqd_stats(
-            producers, topic_name, "", include_clients=False
-        )
+        topic_stats, _, err = await self.ci.get_nsqd_stats(producers, topic_name, "", include_clients=False)
         self._check(err, "failed to get topic metadata", messages)
         all_nodes = TopicStats(topic_name)
         for t in topic_stats or ():
@@ -592,9 +576,7 @@ class HTTPServer:
         stats: dict[str, dict[str, Any]] = {}
         producers, err = await self.ci.get_producers(*self._addrs())
         self._check(err, "failed to get counter producer list", messages)
-        _, channel_stats, err = await self.ci.get_nsqd_stats(
-            producers, "", "", include_clients=False
-        )
+        _, channel_stats, err = await self.ci.get_nsqd_stats(producers, "", "", include_clients=False)
         self._check(err, "failed to get nsqd stats", messages)
         for cs in (channel_stats or {}).values():
             for host in cs.node_stats or ():
@@ -668,9 +650,7 @@ class HTTPServer:
         topic = body["topic"]
         if not is_valid_topic_name(topic):
             raise HTTPError(400, "INVALID_TOPIC")
-        err = await self.ci.tombstone_node_for_topic(
-            topic, node, self._addrs()[0]
-        )
+        err = await self.ci.tombstone_node_for_topic(topic, node, self._addrs()[0])
         self._check(err, "failed to tombstone node for topic", messages)
         self._notify("tombstone_topic_producer", topic, "", node, request)
         return {"message": maybe_warn_msg(messages)}
@@ -684,9 +664,7 @@ class HTTPServer:
             raise HTTPError(400, "INVALID_TOPIC")
         if channel and not is_valid_channel_name(channel):
             raise HTTPError(400, "INVALID_CHANNEL")
-        err = await self.ci.create_topic_channel(
-            topic, channel, self._addrs()[0]
-        )
+        err = await self.ci.create_topic_channel(topic, channel, self._addrs()[0])
         self._check(err, "failed to create topic/channel", messages)
         self._notify("create_topic", topic, "", "", request)
         if channel:
@@ -805,9 +783,7 @@ class HTTPServer:
         numbers = self._series_selection(request)
         return {
             **store.header(numbers),
-            "topics": {
-                name: store.series_json(store.topics[name], numbers) for name in sorted(store.topics)
-            },
+            "topics": {name: store.series_json(store.topics[name], numbers) for name in sorted(store.topics)},
             "message": store.message,
         }
 
@@ -868,4 +844,3 @@ def _query_error(raw: str) -> str:
 async def start_http(admin: NSQAdmin, sock: socket.socket) -> web.AppRunner:
     """Serve nsqadmin on an already-bound listening socket."""
     return await serve(HTTPServer(admin).dispatch, sock)
-

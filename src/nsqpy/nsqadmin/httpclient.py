@@ -82,7 +82,7 @@ def _go_error(method: str, url: str, exc: BaseException) -> HTTPClientError:
         elif isinstance(os_err, TimeoutError | asyncio.TimeoutError):
             reason = f"dial tcp {target}: i/o timeout"
         else:
-            msg = (os_err.strerror if isinstance(os_err, OSError) and os_err.strerror else None)
+            msg = os_err.strerror if isinstance(os_err, OSError) and os_err.strerror else None
             reason = f"dial tcp {target}: connect: {(msg or str(os_err)).lower()}"
     elif isinstance(exc, aiohttp.ConnectionTimeoutError):
         reason = f"dial tcp {target}: i/o timeout"
@@ -155,7 +155,7 @@ class Client:
             ) as resp:
                 data = await resp.read()
                 return resp.status, f"{resp.status} {resp.reason or ''}".rstrip(), data
-        except (aiohttp.ClientError, OSError, TimeoutError, asyncio.TimeoutError, ValueError) as e:
+        except (aiohttp.ClientError, OSError, TimeoutError, ValueError) as e:
             raise _go_error(method, url, e) from None
 
     async def _v1(self, method: str, endpoint: str, payload: Any = None) -> bytes:
@@ -200,9 +200,7 @@ def _https_endpoint(endpoint: str, body: bytes) -> str:
         raise HTTPClientError(go_json_error(body, e)) from None
     port = doc.get("https_port", 0) if isinstance(doc, dict) else 0
     if not isinstance(port, int) or isinstance(port, bool):
-        raise HTTPClientError(
-            "json: cannot unmarshal into Go struct field .https_port of type int"
-        )
+        raise HTTPClientError("json: cannot unmarshal into Go struct field .https_port of type int")
     parts = urlsplit(endpoint)
     host = parts.hostname or ""
     host = f"[{host}]" if ":" in host else host

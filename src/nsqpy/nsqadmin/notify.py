@@ -60,9 +60,7 @@ def _remote_addr(request: web.Request) -> str:
     return request.remote or ""
 
 
-def admin_action(
-    action: str, topic: str, channel: str, node: str, request: web.Request
-) -> dict[str, Any]:
+def admin_action(action: str, topic: str, channel: str, node: str, request: web.Request) -> dict[str, Any]:
     """Go's ``AdminAction`` for ``request`` (keys in Go's order, ``omitempty`` honoured)."""
     scheme = "http"
     if request.secure or request.headers.get("X-Scheme") == "https":
@@ -94,9 +92,7 @@ class Notifier:
         self.queue: asyncio.Queue[dict[str, Any] | None] = asyncio.Queue()
         self._task: asyncio.Task[None] | None = None
 
-    def notify(
-        self, action: str, topic: str, channel: str, node: str, request: web.Request
-    ) -> None:
+    def notify(self, action: str, topic: str, channel: str, node: str, request: web.Request) -> None:
         """Queue one notification (nothing when no endpoint is configured)."""
         if not self.admin.options.notification_http_endpoint:
             return
@@ -112,7 +108,7 @@ class Notifier:
         self.queue.put_nowait(None)
         try:
             await asyncio.wait_for(asyncio.shield(self._task), timeout)
-        except (TimeoutError, asyncio.TimeoutError):
+        except TimeoutError:
             self._task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await self._task
@@ -138,6 +134,5 @@ class Notifier:
                         headers={"Content-Type": "application/json"},
                     ) as resp:
                         await resp.read()
-                except (aiohttp.ClientError, OSError, TimeoutError, asyncio.TimeoutError,
-                        ValueError) as e:
+                except (aiohttp.ClientError, OSError, TimeoutError, ValueError) as e:
                     log.error("failed to POST notification - %s", e or type(e).__name__)

@@ -32,9 +32,7 @@ def _listen(addr: str) -> socket.socket:
     """A TCP listener on ``addr`` (Go's ``net.Listen("tcp", addr)``; "" is any port)."""
     target = daemon.split_address(addr) if addr else ("", 0)
     if isinstance(target, str):
-        raise RuntimeError(
-            f"listen ({addr}) failed - listen tcp: address {addr}: missing port in address"
-        )
+        raise RuntimeError(f"listen ({addr}) failed - listen tcp: address {addr}: missing port in address")
     try:
         return daemon.listen_socket(daemon.format_address(*target))
     except OSError as e:
@@ -53,8 +51,7 @@ class NSQAdmin:
         if overrides:
             opts = dataclasses.replace(opts, **overrides)
         self.options = opts
-        self.client: Client = Client(None, opts.http_client_connect_timeout,
-                                     opts.http_client_request_timeout)
+        self.client: Client = Client(None, opts.http_client_connect_timeout, opts.http_client_request_timeout)
         self.ci = ClusterInfo(self.client)
         self.notifier = Notifier(self)
         self.sampler: Sampler | None = None

@@ -104,37 +104,62 @@ FLAGS: Final[tuple[Flag, ...]] = (
     _f("dev-static-dir", STRING, "(development use only) serve the static files from this directory"),
     _f("graphite-url", STRING, "graphite HTTP address"),
     _f("proxy-graphite", BOOL, "proxy HTTP requests to graphite"),
-    _f("statsd-counter-format", STRING,
-       "the counter stats key formatting applied by statsd (empty for none)"),
-    _f("statsd-gauge-format", STRING,
-       "the gauge stats key formatting applied by statsd (empty for none)"),
-    _f("statsd-prefix", STRING,
-       "prefix of the keys sent to statsd (%s for host replacement, must match nsqd)"),
+    _f(
+        "statsd-counter-format", STRING, "the counter stats key formatting applied by statsd (empty for none)"
+    ),
+    _f("statsd-gauge-format", STRING, "the gauge stats key formatting applied by statsd (empty for none)"),
+    _f(
+        "statsd-prefix",
+        STRING,
+        "prefix of the keys sent to statsd (%s for host replacement, must match nsqd)",
+    ),
     _f("statsd-interval", DURATION, "interval nsqd pushes to statsd at (must match nsqd)"),
-    _f("notification-http-endpoint", STRING,
-       "HTTP endpoint (fully qualified) that admin actions are POSTed to as JSON"),
+    _f(
+        "notification-http-endpoint",
+        STRING,
+        "HTTP endpoint (fully qualified) that admin actions are POSTed to as JSON",
+    ),
     _f("http-client-connect-timeout", DURATION, "timeout for HTTP connect"),
     _f("http-client-request-timeout", DURATION, "timeout for HTTP request"),
-    _f("http-client-tls-insecure-skip-verify", BOOL,
-       "configure the HTTP client to skip verification of TLS certificates"),
+    _f(
+        "http-client-tls-insecure-skip-verify",
+        BOOL,
+        "configure the HTTP client to skip verification of TLS certificates",
+    ),
     _f("http-client-tls-root-ca-file", STRING, "path to CA file for the HTTP client"),
     _f("http-client-tls-cert", STRING, "path to certificate file for the HTTP client"),
     _f("http-client-tls-key", STRING, "path to key file for the HTTP client"),
-    _f("allow-config-from-cidr", STRING,
-       "a CIDR from which to allow HTTP requests to the /config endpoint"),
+    _f("allow-config-from-cidr", STRING, "a CIDR from which to allow HTTP requests to the /config endpoint"),
     _f("acl-http-header", STRING, "HTTP header to check for authenticated admin users"),
-    _f("lookupd-http-address", STRING_LIST, "lookupd HTTP address (may be given multiple times)",
-       attr="nsqlookupd_http_addresses", cfg="nsqlookupd_http_addresses"),
-    _f("nsqd-http-address", STRING_LIST, "nsqd HTTP address (may be given multiple times)",
-       attr="nsqd_http_addresses", cfg="nsqd_http_addresses"),
-    _f("admin-user", STRING_LIST,
-       "admin user (may be given multiple times; if set, only these users may perform "
-       "privileged actions; acl-http-header names the authenticated user)",
-       attr="admin_users", cfg="admin_users"),
+    _f(
+        "lookupd-http-address",
+        STRING_LIST,
+        "lookupd HTTP address (may be given multiple times)",
+        attr="nsqlookupd_http_addresses",
+        cfg="nsqlookupd_http_addresses",
+    ),
+    _f(
+        "nsqd-http-address",
+        STRING_LIST,
+        "nsqd HTTP address (may be given multiple times)",
+        attr="nsqd_http_addresses",
+        cfg="nsqd_http_addresses",
+    ),
+    _f(
+        "admin-user",
+        STRING_LIST,
+        "admin user (may be given multiple times; if set, only these users may perform "
+        "privileged actions; acl-http-header names the authenticated user)",
+        attr="admin_users",
+        cfg="admin_users",
+    ),
     # nsqpy additions
-    _f("stats-sample-interval", DURATION,
-       "[nsqpy] how often to sample the cluster's /stats for the built-in rate and depth "
-       "charts (0 disables the sampler and /api/series)"),
+    _f(
+        "stats-sample-interval",
+        DURATION,
+        "[nsqpy] how often to sample the cluster's /stats for the built-in rate and depth "
+        "charts (0 disables the sampler and /api/series)",
+    ),
     _f("stats-retention", DURATION, "[nsqpy] how much sampled history to keep in memory"),
 )
 
@@ -233,8 +258,7 @@ def client_ssl_context(opts: Options) -> ssl.SSLContext:
                 pem = fh.read()
         except OSError as e:
             raise OptionsError(
-                f"failed to read TLS root CA file {path} - open {path}: "
-                f"{(e.strerror or str(e)).lower()}"
+                f"failed to read TLS root CA file {path} - open {path}: {(e.strerror or str(e)).lower()}"
             ) from None
         # Go replaces the system roots with this pool
         try:
@@ -277,8 +301,7 @@ def validate(opts: Options) -> None:
             _ = parts.port
         except ValueError as e:
             raise OptionsError(
-                f'failed to parse --graphite-url ({opts.graphite_url}) - parse '
-                f'"{opts.graphite_url}": {e}'
+                f'failed to parse --graphite-url ({opts.graphite_url}) - parse "{opts.graphite_url}": {e}'
             ) from None
     if opts.allow_config_from_cidr:
         try:

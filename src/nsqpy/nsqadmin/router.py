@@ -46,9 +46,7 @@ class PatternRouter(Router):
         #: (segments, method → route), in registration order
         self.patterns: list[tuple[Segments, dict[str, Route]]] = []
 
-    def route(
-        self, method: str, path: str, handler: Handler, style: str = V1, logged: bool = True
-    ) -> None:
+    def route(self, method: str, path: str, handler: Handler, style: str = V1, logged: bool = True) -> None:
         self.methods.add(method)
         if "/:" not in path and "/*" not in path:
             self.routes.setdefault(path, {})[method] = (handler, style, logged)

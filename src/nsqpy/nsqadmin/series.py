@@ -63,7 +63,7 @@ from .types import TopicStats, go_number
 if TYPE_CHECKING:
     from .nsqadmin import NSQAdmin
 
-__all__ = ["GAUGES", "COUNTERS", "METRICS", "RATES", "Sampler", "SeriesStore"]
+__all__ = ["COUNTERS", "GAUGES", "METRICS", "RATES", "Sampler", "SeriesStore"]
 
 log = logging.getLogger("nsqadmin")
 
@@ -87,7 +87,7 @@ class Series:
     """The metrics of one topic or channel: one float64 ring per metric, indexed by the
     sample number modulo the capacity (NaN: no value)."""
 
-    __slots__ = ("rings", "last_seen")
+    __slots__ = ("last_seen", "rings")
 
     def __init__(self, capacity: int) -> None:
         blank = array("d", [NAN]) * capacity
@@ -98,7 +98,7 @@ class Series:
 class _Row:
     """One sample's figures for one series, summed over nodes."""
 
-    __slots__ = ("values", "rates", "rated")
+    __slots__ = ("rated", "rates", "values")
 
     def __init__(self) -> None:
         self.values = dict.fromkeys(GAUGES + COUNTERS, 0)
@@ -125,9 +125,7 @@ class SeriesStore:
 
     # --- recording ------------------------------------------------------------------------------
 
-    def _rate(
-        self, row: _Row, key: tuple[str, str, str], now: float, counts: tuple[int, int, int]
-    ) -> None:
+    def _rate(self, row: _Row, key: tuple[str, str, str], now: float, counts: tuple[int, int, int]) -> None:
         prev = self._prev.get(key)
         self._prev[key] = (now, *counts)
         if prev is None or now <= prev[0]:
@@ -137,9 +135,7 @@ class SeriesStore:
         for name, cur, old in zip(RATES, counts, prev[1:], strict=True):
             row.rates[name] += (cur - old if cur >= old else cur) / dt
 
-    def record(
-        self, now: float, node_topics: Iterable[TopicStats] | None, message: str = ""
-    ) -> None:
+    def record(self, now: float, node_topics: Iterable[TopicStats] | None, message: str = "") -> None:
         """Add one sample: ``node_topics`` are the per-node topic rows (with channels) of
         every nsqd that answered (None: the sample failed)."""
         topic_rows: dict[str, _Row] = {}
@@ -221,9 +217,7 @@ class SeriesStore:
         cap = self.capacity
         low = -math.inf if window is None else self.timestamps[(self.count - 1) % cap] - window
         after = -math.inf if since is None else since
-        return [
-            n for n in numbers if self.timestamps[n % cap] >= low and self.timestamps[n % cap] > after
-        ]
+        return [n for n in numbers if self.timestamps[n % cap] >= low and self.timestamps[n % cap] > after]
 
     def timestamps_json(self, numbers: list[int]) -> list[float | int]:
         return [go_number(self.timestamps[n % self.capacity]) for n in numbers]
@@ -282,9 +276,7 @@ class Sampler:
         """Read the cluster once and record the sample."""
         opts = self.admin.options
         now = time.time()
-        producers, err = await self.ci.get_producers(
-            opts.nsqlookupd_http_addresses, opts.nsqd_http_addresses
-        )
+        producers, err = await self.ci.get_producers(opts.nsqlookupd_http_addresses, opts.nsqd_http_addresses)
         messages: list[str] = []
         if err is not None and not is_partial(err):
             self._failed(now, f"ERROR: failed to get producers - {err}")

@@ -99,7 +99,7 @@ class E2eAggregate:
     ``quantile``, ``min``, ``max``, ``average`` and ``count`` (plus nsqd's ``value`` on a
     node's own figures)."""
 
-    __slots__ = ("count", "percentiles", "topic", "channel", "addr")
+    __slots__ = ("addr", "channel", "count", "percentiles", "topic")
 
     def __init__(self, topic: str = "", channel: str = "", addr: str = "") -> None:
         self.count = 0
@@ -150,9 +150,9 @@ class E2eAggregate:
                 found["average"] = 0.0
                 continue
             avg = found.get("average", 0.0)
-            found["average"] = avg + (value.get("average", 0.0) - avg) * value.get(
-                "count", 0.0
-            ) / found["count"]
+            found["average"] = (
+                avg + (value.get("average", 0.0) - avg) * value.get("count", 0.0) / found["count"]
+            )
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -174,7 +174,7 @@ def _e2e_json(e: E2eAggregate | None) -> dict[str, Any] | None:
 
 
 class ProducerTopic:
-    __slots__ = ("topic", "tombstoned")
+    __slots__ = ("tombstoned", "topic")
 
     def __init__(self, topic: str, tombstoned: bool = False) -> None:
         self.topic = topic
@@ -189,16 +189,16 @@ class Producer:
     it; ``remote_addresses`` lists ``<lookupd>/<remote address>`` per lookupd that knows it."""
 
     __slots__ = (
-        "remote_addresses",
-        "remote_address",
-        "hostname",
         "broadcast_address",
-        "tcp_port",
+        "hostname",
         "http_port",
+        "out_of_date",
+        "remote_address",
+        "remote_addresses",
+        "tcp_port",
+        "topics",
         "version",
         "version_key",
-        "topics",
-        "out_of_date",
     )
 
     def __init__(
@@ -301,7 +301,7 @@ class ClientStats:
     """One consumer connection (nsqd's ``ClientV2Stats``) plus the node it is connected to
     and ``connected``, the nanoseconds since ``connect_ts`` (Go's ``time.Duration``)."""
 
-    __slots__ = ("node", "connected", "values")
+    __slots__ = ("connected", "node", "values")
 
     def __init__(self, node: str = "", values: dict[str, Any] | None = None) -> None:
         self.node = node
@@ -338,23 +338,23 @@ class ChannelStats:
     of several, with the per-node rows in ``nodes`` and every node's clients."""
 
     __slots__ = (
-        "node",
-        "hostname",
-        "topic_name",
-        "channel_name",
-        "depth",
-        "memory_depth",
         "backend_depth",
-        "in_flight_count",
+        "channel_name",
+        "client_count",
+        "clients",
         "deferred_count",
+        "depth",
+        "e2e",
+        "hostname",
+        "in_flight_count",
+        "memory_depth",
+        "message_count",
+        "node",
+        "node_stats",
+        "paused",
         "requeue_count",
         "timeout_count",
-        "message_count",
-        "client_count",
-        "node_stats",
-        "clients",
-        "paused",
-        "e2e",
+        "topic_name",
     )
 
     def __init__(self, node: str = "", topic_name: str = "", channel_name: str = "") -> None:
@@ -436,9 +436,7 @@ class ChannelStats:
             "timeout_count": self.timeout_count,
             "message_count": self.message_count,
             "client_count": self.client_count,
-            "nodes": None
-            if self.node_stats is None
-            else [c.to_json() for c in self.node_stats],
+            "nodes": None if self.node_stats is None else [c.to_json() for c in self.node_stats],
             "clients": None if self.clients is None else [c.to_json() for c in self.clients],
             "paused": self.paused,
             "e2e_processing_latency": _e2e_json(self.e2e),
@@ -450,17 +448,17 @@ class TopicStats:
     several with the per-node rows in ``nodes`` and the channels summed across nodes."""
 
     __slots__ = (
-        "node",
-        "hostname",
-        "topic_name",
-        "depth",
-        "memory_depth",
         "backend_depth",
-        "message_count",
-        "node_stats",
         "channels",
-        "paused",
+        "depth",
         "e2e",
+        "hostname",
+        "memory_depth",
+        "message_count",
+        "node",
+        "node_stats",
+        "paused",
+        "topic_name",
     )
 
     def __init__(self, topic_name: str = "") -> None:
@@ -522,9 +520,7 @@ class TopicStats:
             "memory_depth": self.memory_depth,
             "backend_depth": self.backend_depth,
             "message_count": self.message_count,
-            "nodes": None
-            if self.node_stats is None
-            else [t.to_json() for t in self.node_stats],
+            "nodes": None if self.node_stats is None else [t.to_json() for t in self.node_stats],
             "channels": None if self.channels is None else [c.to_json() for c in self.channels],
             "paused": self.paused,
             "e2e_processing_latency": _e2e_json(self.e2e),

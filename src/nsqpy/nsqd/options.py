@@ -115,15 +115,23 @@ def _tls_min_version(s: str, current: str) -> str:
 
 #: ``--tls-required``: a bool-like flag that also takes ``tcp-https``.
 TLS_REQUIRED: Final = Kind(
-    "tls_required", "", lambda s, cur: _tls_required(s), via_flag=True, boolean=True,
+    "tls_required",
+    "",
+    lambda s, cur: _tls_required(s),
+    via_flag=True,
+    boolean=True,
     to_json=lambda v: TLS_REQUIRED_VALUES[v],
 )
 #: ``--tls-min-version``: an empty value keeps the current one (and an empty config key is
 #: as if absent).
 TLS_MIN_VERSION: Final = Kind(
-    "tls_min_version", "value", _tls_min_version,
+    "tls_min_version",
+    "value",
+    _tls_min_version,
     lambda text, d: UNSET if text.lower() == "" else _tls_min_version(text, d),
-    via_flag=True, default_text=str, to_json=lambda v: TLS_MIN_VERSIONS[v.lower()],
+    via_flag=True,
+    default_text=str,
+    to_json=lambda v: TLS_MIN_VERSIONS[v.lower()],
 )
 
 
@@ -228,22 +236,35 @@ FLAGS: Final[tuple[Flag, ...]] = (
     _f("log-level", LOG_LEVEL, "log verbosity: debug, info, warn, error or fatal"),
     _f("log-prefix", STRING, "text put at the start of every log line"),
     _nocfg("verbose", BOOL, "[deprecated] does nothing; use --log-level"),
-    _f("node-id", INT, "node number in message IDs, in [0,1024); defaults to a hostname hash",
-       attr="node_id", cfg="id"),
+    _f(
+        "node-id",
+        INT,
+        "node number in message IDs, in [0,1024); defaults to a hostname hash",
+        attr="node_id",
+        cfg="id",
+    ),
     _nocfg("worker-id", BOOL, "[deprecated] use --node-id"),
     _f("https-address", STRING, "<addr>:<port> for the HTTPS listener (needs a TLS cert and key)"),
     _f("http-address", STRING, "<addr>:<port> or unix socket path for HTTP; empty disables it"),
     _f("tcp-address", STRING, "<addr>:<port> or unix socket path for TCP clients"),
-    _f("auth-http-address", STRING_LIST,
-       "<addr>:<port> or URL of an auth server (may be given multiple times)",
-       attr="auth_http_addresses", cfg="auth_http_addresses"),
+    _f(
+        "auth-http-address",
+        STRING_LIST,
+        "<addr>:<port> or URL of an auth server (may be given multiple times)",
+        attr="auth_http_addresses",
+        cfg="auth_http_addresses",
+    ),
     _f("auth-http-request-method", STRING, "HTTP method for auth requests: get or post"),
     _f("broadcast-address", STRING, "address registered with nsqlookupd"),
     _f("broadcast-tcp-port", INT, "TCP port registered with nsqlookupd (0: the listening port)"),
-    _f("broadcast-http-port", INT,
-       "HTTP port registered with nsqlookupd (0: the listening port)"),
-    _f("lookupd-tcp-address", STRING_LIST, "nsqlookupd TCP address (may be given multiple times)",
-       attr="nsqlookupd_tcp_addresses", cfg="nsqlookupd_tcp_addresses"),
+    _f("broadcast-http-port", INT, "HTTP port registered with nsqlookupd (0: the listening port)"),
+    _f(
+        "lookupd-tcp-address",
+        STRING_LIST,
+        "nsqlookupd TCP address (may be given multiple times)",
+        attr="nsqlookupd_tcp_addresses",
+        cfg="nsqlookupd_tcp_addresses",
+    ),
     _f("http-client-connect-timeout", DURATION, "connect timeout for outgoing HTTP requests"),
     _f("http-client-request-timeout", DURATION, "total timeout for outgoing HTTP requests"),
     _f("topology-region", STRING, "region of this node, for topology-aware consumption"),
@@ -253,10 +274,12 @@ FLAGS: Final[tuple[Flag, ...]] = (
     _f("max-bytes-per-file", INT, "bytes per diskqueue file before rolling to the next"),
     _f("sync-every", INT, "diskqueue writes+reads between fsyncs"),
     _f("sync-timeout", DURATION, "longest time between diskqueue fsyncs"),
-    _f("queue-scan-worker-pool-max", INT,
-       "most workers checking in-flight and deferred timeouts"),
-    _f("queue-scan-selection-count", INT,
-       "channels checked for in-flight and deferred timeouts per 100ms scan"),
+    _f("queue-scan-worker-pool-max", INT, "most workers checking in-flight and deferred timeouts"),
+    _f(
+        "queue-scan-selection-count",
+        INT,
+        "channels checked for in-flight and deferred timeouts per 100ms scan",
+    ),
     _f("msg-timeout", DURATION, "default time before an unacknowledged message is requeued"),
     _f("max-msg-timeout", DURATION, "largest msg_timeout a client may ask for"),
     _f("max-msg-size", INT, "largest message body in bytes"),
@@ -265,10 +288,8 @@ FLAGS: Final[tuple[Flag, ...]] = (
     _f("max-heartbeat-interval", DURATION, "largest heartbeat interval a client may ask for"),
     _f("max-rdy-count", INT, "largest RDY count a client may send"),
     _f("max-output-buffer-size", INT, "largest output buffer (bytes) a client may ask for"),
-    _f("max-output-buffer-timeout", DURATION,
-       "largest output flush timeout a client may ask for"),
-    _f("min-output-buffer-timeout", DURATION,
-       "smallest output flush timeout a client may ask for"),
+    _f("max-output-buffer-timeout", DURATION, "largest output flush timeout a client may ask for"),
+    _f("min-output-buffer-timeout", DURATION, "smallest output flush timeout a client may ask for"),
     _f("output-buffer-timeout", DURATION, "default time between flushes to a client"),
     _f("max-channel-consumers", INT, "most consumer connections per channel (0: unlimited)"),
     _f("statsd-address", STRING, "UDP <addr>:<port> of a statsd daemon to push stats to"),
@@ -277,24 +298,32 @@ FLAGS: Final[tuple[Flag, ...]] = (
     _f("statsd-prefix", STRING, "statsd key prefix (%s becomes the host key)"),
     _f("statsd-udp-packet-size", INT, "largest statsd UDP packet in bytes"),
     _f("statsd-exclude-ephemeral", BOOL, "do not push stats of #ephemeral topics/channels"),
-    _f("e2e-processing-latency-percentile", FLOAT_LIST,
-       "end-to-end latency percentile to track, in (0,1] (repeatable or comma separated)",
-       attr="e2e_processing_latency_percentiles", cfg="e2e_processing_latency_percentiles"),
-    _f("e2e-processing-latency-window-time", DURATION,
-       "window over which latency percentiles are computed"),
+    _f(
+        "e2e-processing-latency-percentile",
+        FLOAT_LIST,
+        "end-to-end latency percentile to track, in (0,1] (repeatable or comma separated)",
+        attr="e2e_processing_latency_percentiles",
+        cfg="e2e_processing_latency_percentiles",
+    ),
+    _f("e2e-processing-latency-window-time", DURATION, "window over which latency percentiles are computed"),
     _f("tls-cert", STRING, "path to the TLS certificate file"),
     _f("tls-key", STRING, "path to the TLS private key file"),
-    _f("tls-client-auth-policy", STRING,
-       "client certificate policy: require or require-verify (implies --tls-required)"),
+    _f(
+        "tls-client-auth-policy",
+        STRING,
+        "client certificate policy: require or require-verify (implies --tls-required)",
+    ),
     _f("tls-root-ca-file", STRING, "path to a CA file for verifying client certificates"),
     _f("tls-required", TLS_REQUIRED, "require TLS from clients: true, false or tcp-https"),
-    _f("tls-min-version", TLS_MIN_VERSION,
-       "oldest TLS version accepted: tls1.0, tls1.1, tls1.2 or tls1.3"),
+    _f("tls-min-version", TLS_MIN_VERSION, "oldest TLS version accepted: tls1.0, tls1.1, tls1.2 or tls1.3"),
     _f("deflate", BOOL, "let clients negotiate deflate compression"),
     _f("max-deflate-level", INT, "highest deflate level a client may ask for, in [1,9]"),
     _f("snappy", BOOL, "let clients negotiate snappy compression"),
-    _f("enable-experiment", STRING_LIST,
-       "turn on an experimental feature: topology-aware-consumption (repeatable)"),
+    _f(
+        "enable-experiment",
+        STRING_LIST,
+        "turn on an experimental feature: topology-aware-consumption (repeatable)",
+    ),
 )
 
 _FLAGSET: Final = FlagSet("nsqd", FLAGS, Options)
@@ -333,9 +362,7 @@ def validate(opts: Options) -> None:
     if not 0 <= opts.node_id < 1024:
         raise OptionsError("--node-id must be [0,1024)")
     if opts.tls_required not in TLS_REQUIRED_VALUES:
-        raise OptionsError(
-            f"invalid --tls-required {go_quote(opts.tls_required)} (true, false, tcp-https)"
-        )
+        raise OptionsError(f"invalid --tls-required {go_quote(opts.tls_required)} (true, false, tcp-https)")
     if opts.tls_client_auth_policy and opts.tls_required == "false":
         opts.tls_required = "true"
     if bool(opts.tls_cert) != bool(opts.tls_key):

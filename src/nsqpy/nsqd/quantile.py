@@ -84,17 +84,13 @@ def _representative(key: int) -> int:
     return key + (1 << (key.bit_length() - SUB_BITS - 1))
 
 
-def _query(
-    counts: dict[int, int], n: int, lo: int, hi: int, percentiles: Sequence[float]
-) -> list[int]:
+def _query(counts: dict[int, int], n: int, lo: int, hi: int, percentiles: Sequence[float]) -> list[int]:
     """Nearest-rank value of each percentile (0 when there is no value)."""
     if n == 0:
         return [0] * len(percentiles)
     keys = sorted(counts)
     # ranks in ascending order, walked once over the cumulative counts
-    wanted = sorted(
-        (max(1, math.ceil(p * n - 1e-7 * max(n, 1))), i) for i, p in enumerate(percentiles)
-    )
+    wanted = sorted((max(1, math.ceil(p * n - 1e-7 * max(n, 1))), i) for i, p in enumerate(percentiles))
     out = [0] * len(percentiles)
     k = 0
     cum = 0
@@ -125,7 +121,7 @@ def result_json(count: int, percentiles: Sequence[float], values: Sequence[int])
 class _Stream:
     """Half a window: histogram, value count, smallest and largest value."""
 
-    __slots__ = ("counts", "n", "lo", "hi")
+    __slots__ = ("counts", "hi", "lo", "n")
 
     def __init__(self) -> None:
         self.counts: dict[int, int] = {}
@@ -154,7 +150,7 @@ class _Stream:
 class _Merged:
     """Histograms summed (a result over several streams)."""
 
-    __slots__ = ("counts", "n", "lo", "hi")
+    __slots__ = ("counts", "hi", "lo", "n")
 
     def __init__(self) -> None:
         self.counts: dict[int, int] = {}
@@ -177,15 +173,13 @@ class _Merged:
             counts[k] = get(k, 0) + c
 
     def result(self, percentiles: Sequence[float]) -> dict[str, Any]:
-        return result_json(
-            self.n, percentiles, _query(self.counts, self.n, self.lo, self.hi, percentiles)
-        )
+        return result_json(self.n, percentiles, _query(self.counts, self.n, self.lo, self.hi, percentiles))
 
 
 class Quantile:
     """One channel's latency stream: two half-window histograms rotated every window/2."""
 
-    __slots__ = ("percentiles", "move_ns", "_last_move", "_stale_at", "_buf", "_cur", "_prev")
+    __slots__ = ("_buf", "_cur", "_last_move", "_prev", "_stale_at", "move_ns", "percentiles")
 
     def __init__(self, window_seconds: float, percentiles: Sequence[float], now_ns: int) -> None:
         self.percentiles = tuple(percentiles)

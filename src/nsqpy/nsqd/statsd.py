@@ -207,11 +207,11 @@ class StatsdLoop:
             return
         try:
             await asyncio.wait_for(asyncio.shield(task), 5.0)
-        except asyncio.TimeoutError:
+        except TimeoutError:
             task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await task
-        except Exception:  # noqa: BLE001 - shutdown goes on
+        except Exception:
             log.exception("STATSD: loop failed")
         log.info("STATSD: closing")
 
@@ -223,7 +223,7 @@ class StatsdLoop:
             return False
         try:
             await asyncio.wait_for(self._exit.wait(), seconds)
-        except asyncio.TimeoutError:
+        except TimeoutError:
             return False
         return True
 
@@ -237,7 +237,7 @@ class StatsdLoop:
                 due = loop.time() + interval
             try:
                 await self.push()
-            except Exception:  # noqa: BLE001 - one failed push must not end the loop
+            except Exception:
                 log.exception("STATSD: push failed")
 
     def collect(self) -> list[bytes]:
@@ -246,7 +246,11 @@ class StatsdLoop:
         topics, _ = get_stats(self.nsqd, include_clients=False)
         mem = mem_stats() if opts.statsd_mem_stats else None
         lines, self._last = statsd_lines(
-            self.prefix, topics or [], self._last, mem, self._last_gc_runs,
+            self.prefix,
+            topics or [],
+            self._last,
+            mem,
+            self._last_gc_runs,
             opts.statsd_exclude_ephemeral,
         )
         if mem is not None:

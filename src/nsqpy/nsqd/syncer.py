@@ -139,7 +139,7 @@ class Syncer:
             for w in waiters:
                 try:
                     w(err)
-                except Exception:  # noqa: BLE001
+                except Exception:
                     log.exception("sync waiter failed")
 
     async def _periodic(self) -> None:

@@ -39,7 +39,7 @@ def lookup_headers(auth_secret: str | bytes | None) -> dict[str, str]:
 class Producer:
     """One nsqd of a ``/lookup`` answer: ``tcp`` and ``http`` as ``host:port``."""
 
-    __slots__ = ("tcp", "http")
+    __slots__ = ("http", "tcp")
 
     def __init__(self, tcp: str, http: str) -> None:
         self.tcp = tcp

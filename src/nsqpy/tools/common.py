@@ -62,8 +62,7 @@ def _parse_go_option(text: str, current: list[str]) -> list[str]:
 
 
 #: ConnectionConfig errors about a combination of options, not one value.
-_CROSS_CHECKS = ("must be less than read_timeout", "both deflate and snappy",
-                 "tls_cert and tls_key")
+_CROSS_CHECKS = ("must be less than read_timeout", "both deflate and snappy", "tls_cert and tls_key")
 
 
 #: ``--consumer-opt`` / ``--producer-opt``: go-nsq ``Config`` option names (REFERENCE §3.5),

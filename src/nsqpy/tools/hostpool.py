@@ -63,7 +63,7 @@ class HostPoolResponse:
     """One pick: :attr:`host`, and :meth:`mark` to report how it went (only the first
     call counts)."""
 
-    __slots__ = ("host", "started", "_pool", "_marked")
+    __slots__ = ("_marked", "_pool", "host", "started")
 
     def __init__(self, host: str, pool: _Markable | None, started: float = 0.0) -> None:
         self.host = host
@@ -109,8 +109,18 @@ class RoundRobin(Selector):
 
 
 class _Entry:
-    __slots__ = ("host", "dead", "next_retry", "retry_count", "retry_delay",
-                 "counts", "values", "index", "value", "percentage")
+    __slots__ = (
+        "counts",
+        "dead",
+        "host",
+        "index",
+        "next_retry",
+        "percentage",
+        "retry_count",
+        "retry_delay",
+        "value",
+        "values",
+    )
 
     def __init__(self, host: str, retry_delay: float) -> None:
         self.host = host
@@ -137,8 +147,14 @@ class _Entry:
 class HostPool(Selector, _Markable):
     """go-hostpool's standard pool (``hostpool.New``)."""
 
-    def __init__(self, hosts: Sequence[str], *, initial_retry_delay: float = INITIAL_RETRY_DELAY,
-                 max_retry_interval: float = MAX_RETRY_INTERVAL, clock: Clock = time.monotonic) -> None:
+    def __init__(
+        self,
+        hosts: Sequence[str],
+        *,
+        initial_retry_delay: float = INITIAL_RETRY_DELAY,
+        max_retry_interval: float = MAX_RETRY_INTERVAL,
+        clock: Clock = time.monotonic,
+    ) -> None:
         if not hosts:
             raise ValueError("no hosts")
         self.hosts = list(hosts)
@@ -192,13 +208,20 @@ class HostPool(Selector, _Markable):
 class EpsilonGreedyHostPool(HostPool):
     """go-hostpool's epsilon-greedy pool with ``LinearEpsilonValueCalculator`` (1/ms)."""
 
-    def __init__(self, hosts: Sequence[str], decay_duration: float = 0.0, *,
-                 value: Callable[[float], float] = lambda ms: 1.0 / ms,
-                 rng: random.Random | None = None, clock: Clock = time.monotonic,
-                 initial_retry_delay: float = INITIAL_RETRY_DELAY,
-                 max_retry_interval: float = MAX_RETRY_INTERVAL) -> None:
-        super().__init__(hosts, initial_retry_delay=initial_retry_delay,
-                         max_retry_interval=max_retry_interval, clock=clock)
+    def __init__(
+        self,
+        hosts: Sequence[str],
+        decay_duration: float = 0.0,
+        *,
+        value: Callable[[float], float] = lambda ms: 1.0 / ms,
+        rng: random.Random | None = None,
+        clock: Clock = time.monotonic,
+        initial_retry_delay: float = INITIAL_RETRY_DELAY,
+        max_retry_interval: float = MAX_RETRY_INTERVAL,
+    ) -> None:
+        super().__init__(
+            hosts, initial_retry_delay=initial_retry_delay, max_retry_interval=max_retry_interval, clock=clock
+        )
         self.decay_duration = decay_duration if decay_duration > 0 else DEFAULT_DECAY_DURATION
         self.epsilon = INITIAL_EPSILON
         self.value = value
@@ -282,8 +305,9 @@ def _weighted_average_ms(e: _Entry) -> float:
     return value
 
 
-def new_selector(mode: str, hosts: Sequence[str], *, rng: random.Random | None = None,
-                 clock: Clock = time.monotonic) -> Selector:
+def new_selector(
+    mode: str, hosts: Sequence[str], *, rng: random.Random | None = None, clock: Clock = time.monotonic
+) -> Selector:
     """The selector for a ``--mode`` value (``round-robin``, ``hostpool``, ``epsilon-greedy``);
     ValueError for anything else (each tool decides what Go does with other values)."""
     if mode == ROUND_ROBIN:

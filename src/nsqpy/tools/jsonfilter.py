@@ -173,9 +173,7 @@ def _no_constant(text: str) -> Any:
     raise ValueError(f"invalid character {text[0]!r} looking for beginning of value")
 
 
-_DECODER: Final = json.JSONDecoder(
-    parse_float=_go_number, parse_int=_go_number, parse_constant=_no_constant
-)
+_DECODER: Final = json.JSONDecoder(parse_float=_go_number, parse_int=_go_number, parse_constant=_no_constant)
 
 
 def _fix_surrogates(v: Any) -> Any:
@@ -211,8 +209,9 @@ def decode_object(body: bytes) -> dict[str, Any] | None:
 class JSONFilter:
     """The three flags of nsq_to_nsq; :meth:`apply` gives a verdict and the body to publish."""
 
-    def __init__(self, require_field: str = "", require_value: str = "",
-                 whitelist: Iterable[str] = ()) -> None:
+    def __init__(
+        self, require_field: str = "", require_value: str = "", whitelist: Iterable[str] = ()
+    ) -> None:
         self.require_field = require_field
         self.require_value = require_value
         self.whitelist = whitelist_keys(whitelist)

@@ -90,10 +90,12 @@ def report_line(prev: ChannelStats, cur: ChannelStats, interval: float) -> str:
     messages = cur.message_count - prev.message_count
     ingress = int(messages / interval)
     egress = int((messages - (cur.depth - prev.depth)) / interval)
-    return (f"{ingress:7d} {egress:7d} | {cur.depth:7d} {cur.memory_depth:7d} "
-            f"{cur.backend_depth:7d} {cur.in_flight_count:5d} {cur.deferred_count:5d} | "
-            f"{cur.requeue_count:7d} {cur.timeout_count:7d} {cur.message_count:12d} "
-            f"{cur.client_count:7d}\n")
+    return (
+        f"{ingress:7d} {egress:7d} | {cur.depth:7d} {cur.memory_depth:7d} "
+        f"{cur.backend_depth:7d} {cur.in_flight_count:5d} {cur.deferred_count:5d} | "
+        f"{cur.requeue_count:7d} {cur.timeout_count:7d} {cur.message_count:12d} "
+        f"{cur.client_count:7d}\n"
+    )
 
 
 class Failure(Exception):
@@ -108,14 +110,12 @@ async def poll(ci: ClusterInfo, opts: Options) -> ChannelStats:
         producers, err = await ci.get_nsqd_topic_producers(opts.topic, opts.nsqd_http_address)
     if err is not None:
         raise Failure(f"failed to get topic producers - {err}")
-    _, channels, err = await ci.get_nsqd_stats(producers, opts.topic, opts.channel,
-                                               include_clients=False)
+    _, channels, err = await ci.get_nsqd_stats(producers, opts.topic, opts.channel, include_clients=False)
     if err is not None:
         raise Failure(f"failed to get nsqd stats - {err}")
     c = (channels or {}).get(opts.channel)
     if c is None:
-        raise Failure(f"failed to find channel({opts.channel}) in stats metadata "
-                      f"for topic({opts.topic})")
+        raise Failure(f"failed to find channel({opts.channel}) in stats metadata for topic({opts.topic})")
     return c
 
 

@@ -65,9 +65,12 @@ FLAGS: Final = (
     _f("nsqd-tcp-address", STRING_ARRAY, "nsqd TCP address (may be given multiple times)"),
     _f("lookupd-http-address", STRING_ARRAY, "lookupd HTTP address (may be given multiple times)"),
     _f("topic", STRING_ARRAY, "NSQ topic (may be given multiple times)"),
-    _f("consumer-opt", GO_OPTIONS,
-       "option to passthrough to nsq.Consumer (may be given multiple times, "
-       "http://godoc.org/github.com/nsqio/go-nsq#Config)"),
+    _f(
+        "consumer-opt",
+        GO_OPTIONS,
+        "option to passthrough to nsq.Consumer (may be given multiple times, "
+        "http://godoc.org/github.com/nsqio/go-nsq#Config)",
+    ),
 )
 FLAGSET: Final = FlagSet(APP, FLAGS, Options)
 
@@ -150,11 +153,12 @@ async def wait_nsqd(consumer: Consumer, addresses: list[str], timeout: float) ->
     (Go's ``ConnectToNSQD`` fails at once when it cannot connect)."""
     try:
         await consumer.wait_connected(len(addresses), timeout)
-    except (asyncio.TimeoutError, NSQError):
+    except (TimeoutError, NSQError):
         missing = [a for a in addresses if a not in consumer.connections]
         why = "; ".join(f"{a}: {consumer.errors[a]}" for a in missing if a in consumer.errors)
-        return (f"failed to connect to nsqd {', '.join(missing)} (topic {consumer.topic})"
-                + (f" - {why}" if why else ""))
+        return f"failed to connect to nsqd {', '.join(missing)} (topic {consumer.topic})" + (
+            f" - {why}" if why else ""
+        )
     return None
 
 
@@ -167,15 +171,19 @@ async def run(opts: Options, cfg: ConnectionConfig, out: BinaryIO) -> int:
     try:
         for topic in opts.topic:
             log.info("Adding consumer for topic: %s", topic)
-            c = Consumer(topic, opts.channel, nsqd_tcp_addresses=opts.nsqd_tcp_address,
-                         lookupd_http_addresses=opts.lookupd_http_address, config=cfg)
+            c = Consumer(
+                topic,
+                opts.channel,
+                nsqd_tcp_addresses=opts.nsqd_tcp_address,
+                lookupd_http_addresses=opts.lookupd_http_address,
+                config=cfg,
+            )
             consumers.append(c)
             await c.start()
             pumps.append(asyncio.create_task(tail.pump(c), name=f"{APP}-{topic}"))
         if opts.nsqd_tcp_address:
             timeout = cfg.dial_timeout + 2.0
-            errors = await asyncio.gather(
-                *(wait_nsqd(c, opts.nsqd_tcp_address, timeout) for c in consumers))
+            errors = await asyncio.gather(*(wait_nsqd(c, opts.nsqd_tcp_address, timeout) for c in consumers))
             failed = [e for e in errors if e is not None]
             if failed:
                 return fatal(failed[0])

@@ -115,7 +115,7 @@ def go_join(*elems: str) -> str:
 
 
 def _trim_prefix(s: str, prefix: str) -> str:
-    return s[len(prefix):] if s.startswith(prefix) else s
+    return s[len(prefix) :] if s.startswith(prefix) else s
 
 
 def _make_dir_from_path(path: str) -> None:
@@ -140,8 +140,9 @@ def _make_dir_from_path(path: str) -> None:
                 raise
 
 
-def compute_filename_format(opts: FileOptions, topic: str, hostname: str | None = None,
-                            pid: int | None = None) -> str:
+def compute_filename_format(
+    opts: FileOptions, topic: str, hostname: str | None = None, pid: int | None = None
+) -> str:
     """Go's ``computeFilenameFormat``; ValueError when ``<REV>`` is required but missing."""
     host = socket.gethostname() if hostname is None else hostname
     short = host.split(".")[0]
@@ -171,7 +172,7 @@ class GzipMember:
     deflate, then CRC-32 and size. ``close`` of a member that got no data still writes a
     whole (empty) member, as Go does."""
 
-    __slots__ = ("_z", "_crc", "_size", "_header")
+    __slots__ = ("_crc", "_header", "_size", "_z")
 
     def __init__(self, level: int) -> None:
         self._z = zlib.compressobj(level, zlib.DEFLATED, -15)
@@ -320,8 +321,13 @@ class FileLogger:
         """Go's ``router``: one iteration per batch of messages or event."""
         loop = asyncio.get_running_loop()
         while True:
-            if not (self.incoming or self._tick or self._hup or self._done or self.stopping
-                    and (self.pending or self.durable)):
+            if not (
+                self.incoming
+                or self._tick
+                or self._hup
+                or self._done
+                or (self.stopping and (self.pending or self.durable))
+            ):
                 self._waiter = loop.create_future()
                 await self._waiter
                 continue
@@ -435,12 +441,20 @@ class FileLogger:
             return True
         interval = self.opts.rotate_interval
         if interval > 0 and now - self.open_time > interval:
-            log.info("%s %s since last open, rotating...", self.tag,
-                     format_duration_ns(int((now - self.open_time) * 1e9)))
+            log.info(
+                "%s %s since last open, rotating...",
+                self.tag,
+                format_duration_ns(int((now - self.open_time) * 1e9)),
+            )
             return True
         if 0 < self.opts.rotate_size < self.filesize:
-            log.info("%s %s currently %d bytes (> %d), rotating...", self.tag, self.path,
-                     self.filesize, self.opts.rotate_size)
+            log.info(
+                "%s %s currently %d bytes (> %d), rotating...",
+                self.tag,
+                self.path,
+                self.filesize,
+                self.opts.rotate_size,
+            )
             return True
         return False
 
@@ -473,10 +487,8 @@ class FileLogger:
             _make_dir_from_path(full)
         except OSError as e:
             raise _Failed(f"unable to create dir: {_errstr(_named(e, 'mkdir', full))}") from None
-        if "<REV>" not in full:
-            tries = 1  # the same name every time: one try (Go would loop forever)
-        else:
-            tries = 1 << 30
+        # without <REV> the name is the same every time: one try (Go would loop forever)
+        tries = 1 if "<REV>" not in full else 1 << 30
         for _ in range(tries):
             abs_name = full.replace("<REV>", f"-{rev:06d}")
             if o.work_dir != o.output_dir:
@@ -512,8 +524,9 @@ class FileLogger:
                 os.close(fd)
                 raise _Failed(f"unable to stat file {abs_name}: {_errstr(e)}") from None
             if 0 < o.rotate_size < size:
-                log.info("%s %s currently %d bytes (> %d), rotating...", self.tag, abs_name,
-                         size, o.rotate_size)
+                log.info(
+                    "%s %s currently %d bytes (> %d), rotating...", self.tag, abs_name, size, o.rotate_size
+                )
                 os.close(fd)
                 rev += 1
                 continue
@@ -609,7 +622,7 @@ class FileLogger:
             self._move_failed(src, dst, e)
             return
         # the destination exists: bump the revision until a free name is found
-        tmpl = self.filename[self.filename.rfind("/") + 1:]
+        tmpl = self.filename[self.filename.rfind("/") + 1 :]
         dst_dir = dst[: dst.rfind("/") + 1]
         dst_tmpl = go_join(dst_dir, tmpl)
         if "<REV>" not in dst_tmpl:
@@ -635,8 +648,13 @@ class FileLogger:
         # the file is complete and synced: its messages are safe, it stays in the work dir
         self.errors += 1
         self.unfinished_files.append(src)
-        log.error("%s unable to move file from %s to %s: %s (it stays there)", self.tag, src,
-                  dst, _errstr(_named(e, "link", src)))
+        log.error(
+            "%s unable to move file from %s to %s: %s (it stays there)",
+            self.tag,
+            src,
+            dst,
+            _errstr(_named(e, "link", src)),
+        )
 
     # --- failures ---------------------------------------------------------------------
 
@@ -651,9 +669,14 @@ class FileLogger:
                 os.ftruncate(fd, self.synced_offset)
                 os.lseek(fd, self.synced_offset, os.SEEK_SET)
             except OSError as e:
-                log.error("%s unable to cut %s back to its last synced size %d: %s; the file is "
-                          "left as it is and no longer written", self.tag, self.path,
-                          self.synced_offset, _errstr(e))
+                log.error(
+                    "%s unable to cut %s back to its last synced size %d: %s; the file is "
+                    "left as it is and no longer written",
+                    self.tag,
+                    self.path,
+                    self.synced_offset,
+                    _errstr(e),
+                )
                 self.unfinished_files.append(self.path)
                 try:
                     os.close(fd)

@@ -36,8 +36,20 @@ _CONVERSION: Final = {
     "%": "%",
 }
 
-_MONTHS: Final = ("January", "February", "March", "April", "May", "June", "July", "August",
-                  "September", "October", "November", "December")
+_MONTHS: Final = (
+    "January",
+    "February",
+    "March",
+    "April",
+    "May",
+    "June",
+    "July",
+    "August",
+    "September",
+    "October",
+    "November",
+    "December",
+)
 _DAYS: Final = ("Monday", "Tuesday", "Wednesday", "Thursday", "Friday", "Saturday", "Sunday")
 
 
@@ -60,8 +72,19 @@ def strftime_to_go_layout(fmt: str) -> str:
 class _T:
     """The broken-down local time a layout is formatted from."""
 
-    __slots__ = ("year", "month", "day", "hour", "minute", "second", "nanos", "wday", "yday",
-                 "zone", "offset")
+    __slots__ = (
+        "day",
+        "hour",
+        "minute",
+        "month",
+        "nanos",
+        "offset",
+        "second",
+        "wday",
+        "yday",
+        "year",
+        "zone",
+    )
 
     def __init__(self, ns: int) -> None:
         tm = time.localtime(ns // 1_000_000_000)
@@ -236,14 +259,13 @@ def _next_std(layout: str, i: int) -> tuple[int, str, int] | None:
             for tok in ("Z070000", "Z07:00:00", "Z0700", "Z07:00", "Z07"):
                 if layout.startswith(tok, i):
                     return i, tok, i + len(tok)
-        elif c in ".,":
-            if i + 1 < n and layout[i + 1] in "09":
-                ch = layout[i + 1]
-                j = i + 1
-                while j < n and layout[j] == ch:
-                    j += 1
-                if not (j < n and layout[j].isdigit() and layout[j].isascii()):
-                    return i, layout[i:j], j
+        elif c in ".," and i + 1 < n and layout[i + 1] in "09":
+            ch = layout[i + 1]
+            j = i + 1
+            while j < n and layout[j] == ch:
+                j += 1
+            if not (j < n and layout[j].isdigit() and layout[j].isascii()):
+                return i, layout[i:j], j
         i += 1
     return None
 

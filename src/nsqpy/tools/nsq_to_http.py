@@ -106,24 +106,32 @@ FLAGS: Final = (
     _f("channel", STRING, "nsq channel"),
     _f("max-in-flight", INT, "max number of messages to allow in flight"),
     _f("n", INT, "number of concurrent publishers"),
-    _f("mode", STRING,
-       "the upstream request mode options: round-robin, hostpool (default), epsilon-greedy"),
+    _f("mode", STRING, "the upstream request mode options: round-robin, hostpool (default), epsilon-greedy"),
     _f("sample", FLOAT, "% of messages to publish (float b/w 0 -> 1)"),
     _f("http-client-connect-timeout", DURATION, "timeout for HTTP connect"),
     _f("http-client-request-timeout", DURATION, "timeout for HTTP request"),
     _f("status-every", INT, "the # of requests between logging status (per handler), 0 disables"),
     _f("content-type", STRING, "the Content-Type used for POST requests"),
-    _f("post", STRING_ARRAY,
-       "HTTP address to make a POST request to.  data will be in the body (may be given multiple times)"),
+    _f(
+        "post",
+        STRING_ARRAY,
+        "HTTP address to make a POST request to.  data will be in the body (may be given multiple times)",
+    ),
     _f("header", STRING_ARRAY, "Custom header for HTTP requests (may be given multiple times)"),
-    _f("get", STRING_ARRAY,
-       "HTTP address to make a GET request to. '%s' will be printf replaced with data "
-       "(may be given multiple times)"),
+    _f(
+        "get",
+        STRING_ARRAY,
+        "HTTP address to make a GET request to. '%s' will be printf replaced with data "
+        "(may be given multiple times)",
+    ),
     _f("nsqd-tcp-address", STRING_ARRAY, "nsqd TCP address (may be given multiple times)"),
     _f("lookupd-http-address", STRING_ARRAY, "lookupd HTTP address (may be given multiple times)"),
-    _f("consumer-opt", GO_OPTIONS,
-       "option to passthrough to nsq.Consumer (may be given multiple times, "
-       "http://godoc.org/github.com/nsqio/go-nsq#Config)"),
+    _f(
+        "consumer-opt",
+        GO_OPTIONS,
+        "option to passthrough to nsq.Consumer (may be given multiple times, "
+        "http://godoc.org/github.com/nsqio/go-nsq#Config)",
+    ),
 )
 FLAGSET: Final = FlagSet(APP, FLAGS, Options)
 
@@ -131,8 +139,16 @@ FLAGSET: Final = FlagSet(APP, FLAGS, Options)
 class PublishHandler:
     """Go's ``PublishHandler``: the request(s) for one message, by mode, with the timings."""
 
-    def __init__(self, client: HTTPClient, method: str, addresses: list[str], mode: str,
-                 sample: float, status_every: int, rng: random.Random | None = None) -> None:
+    def __init__(
+        self,
+        client: HTTPClient,
+        method: str,
+        addresses: list[str],
+        mode: str,
+        sample: float,
+        status_every: int,
+        rng: random.Random | None = None,
+    ) -> None:
         self.client = client
         self.publish = client.post if method == "POST" else client.get
         self.addresses = addresses
@@ -140,7 +156,8 @@ class PublishHandler:
         self.sample = sample
         self.rng = rng or random.Random()
         self.selector: Selector | None = (
-            new_selector(mode, addresses, rng=self.rng) if mode != MULTICAST else None)
+            new_selector(mode, addresses, rng=self.rng) if mode != MULTICAST else None
+        )
         # Go: one address: its metrics are off; several: one line per address
         if len(addresses) == 1:
             self.per_address = {addresses[0]: TimerMetrics(0, "", log)}
@@ -204,30 +221,43 @@ class PublishHandler:
         self.aggregate.status(start, now())
 
     def summary(self, given_up: int) -> str:
-        return (f"summary: messages: {self.handled} handled, {self.published} published, "
-                f"{self.sampled_out} skipped by --sample, {self.failed} requeued after a failed request, "
-                f"{given_up} given up after max_attempts; requests: {self.requests_ok} OK, "
-                f"{self.requests_failed} failed")
+        return (
+            f"summary: messages: {self.handled} handled, {self.published} published, "
+            f"{self.sampled_out} skipped by --sample, {self.failed} requeued after a failed request, "
+            f"{given_up} given up after max_attempts; requests: {self.requests_ok} OK, "
+            f"{self.requests_failed} failed"
+        )
 
 
-async def run(opts: Options, cfg: ConnectionConfig, method: str, addresses: list[str],
-              headers: dict[str, str]) -> int:
+async def run(
+    opts: Options, cfg: ConnectionConfig, method: str, addresses: list[str], headers: dict[str, str]
+) -> int:
     stop = stop_on_signals()
     loop = asyncio.get_running_loop()
-    client = HTTPClient(user_agent=version_line(APP), content_type=opts.content_type,
-                        custom_headers=headers, connect_timeout=opts.http_client_connect_timeout,
-                        request_timeout=opts.http_client_request_timeout)
+    client = HTTPClient(
+        user_agent=version_line(APP),
+        content_type=opts.content_type,
+        custom_headers=headers,
+        connect_timeout=opts.http_client_connect_timeout,
+        request_timeout=opts.http_client_request_timeout,
+    )
     handler = PublishHandler(client, method, addresses, opts.mode, opts.sample, opts.status_every)
     consumer: Consumer | None = None
     workers: list[asyncio.Task[None]] = []
     try:
-        consumer = Consumer(opts.topic, opts.channel, nsqd_tcp_addresses=opts.nsqd_tcp_address,
-                            lookupd_http_addresses=opts.lookupd_http_address, config=cfg,
-                            drain_timeout=DRAIN_TIMEOUT)
+        consumer = Consumer(
+            opts.topic,
+            opts.channel,
+            nsqd_tcp_addresses=opts.nsqd_tcp_address,
+            lookupd_http_addresses=opts.lookupd_http_address,
+            config=cfg,
+            drain_timeout=DRAIN_TIMEOUT,
+        )
         if opts.n <= 0:
             return fatal("no handlers")  # go-nsq's ConnectToNSQD(s) without a handler
-        workers = [asyncio.create_task(handler.work(consumer), name=f"{APP}-handler-{i}")
-                   for i in range(opts.n)]
+        workers = [
+            asyncio.create_task(handler.work(consumer), name=f"{APP}-handler-{i}") for i in range(opts.n)
+        ]
         await consumer.start()
         if opts.nsqd_tcp_address:
             err = await wait_nsqd(consumer, opts.nsqd_tcp_address, cfg.dial_timeout + 2.0)
@@ -294,8 +324,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         return fatal("ERROR: --sample must be between 0.0 and 1.0")
     for g in opts.get:
         if "%" in re.sub("%[s%]", "", g):  # Go formats it all the same; say what it makes
-            log.warning("--get %s: a %% other than %%s or %%%% is a printf verb, as in Go: "
-                        "the URL becomes %s", g, go_sprintf(g, "<MESSAGE>"))
+            log.warning(
+                "--get %s: a %% other than %%s or %%%% is a printf verb, as in Go: the URL becomes %s",
+                g,
+                go_sprintf(g, "<MESSAGE>"),
+            )
     method, addresses = ("POST", opts.post) if opts.post else ("GET", opts.get)
     try:
         cfg = client_config(APP, opts.consumer_opt, max_in_flight=opts.max_in_flight)

@@ -101,9 +101,9 @@ class _Printf:
         while self.i < n:
             j = fmt.find("%", self.i)
             if j < 0:
-                out.append(fmt[self.i:])
+                out.append(fmt[self.i :])
                 break
-            out.append(fmt[self.i:j])
+            out.append(fmt[self.i : j])
             self.i = j + 1
             flags = ""
             while self.i < n and fmt[self.i] in "#0+- ":
@@ -134,8 +134,19 @@ class _Printf:
             else:
                 self.arg_used = True
                 minus = "-" in flags
-                out.append(_format_string(self.arg, verb, "#" in flags, "0" in flags and not minus,
-                                          "+" in flags, minus, " " in flags, width, prec))
+                out.append(
+                    _format_string(
+                        self.arg,
+                        verb,
+                        "#" in flags,
+                        "0" in flags and not minus,
+                        "+" in flags,
+                        minus,
+                        " " in flags,
+                        width,
+                        prec,
+                    )
+                )
         if not self.arg_used and not self.reordered:
             out.append(f"%!(EXTRA string={self.arg})")
         return "".join(out)
@@ -151,7 +162,7 @@ class _Printf:
             self.good_index = False
             self.i = len(fmt)
             return
-        digits = fmt[self.i + 1:close]
+        digits = fmt[self.i + 1 : close]
         self.i = close + 1
         if digits.isdigit() and int(digits) == 1:
             self.arg_used = False
@@ -169,19 +180,25 @@ class _Printf:
         start = self.i
         while self.i < n and fmt[self.i].isdigit():
             self.i += 1
-        return int(fmt[start:self.i]) if self.i > start else None
+        return int(fmt[start : self.i]) if self.i > start else None
 
 
-def _format_string(s: str, verb: str, sharp: bool, zero: bool, plus: bool, minus: bool,
-                   space: bool, width: int | None, prec: int | None) -> str:
+def _format_string(
+    s: str,
+    verb: str,
+    sharp: bool,
+    zero: bool,
+    plus: bool,
+    minus: bool,
+    space: bool,
+    width: int | None,
+    prec: int | None,
+) -> str:
     if verb in "sv":
-        if verb == "v" and sharp:
-            text = go_quote(s)
-        else:
-            text = s if prec is None else s[:prec]
+        text = go_quote(s) if verb == "v" and sharp else s if prec is None else s[:prec]
     elif verb == "q":
         t = s if prec is None else s[:prec]
-        if sharp and "`" not in t and all(c == "\t" or (" " <= c and c != "\x7f") for c in t):
+        if sharp and "`" not in t and all(c == "\t" or (c >= " " and c != "\x7f") for c in t):
             text = f"`{t}`"
         elif plus:
             text = go_quote(t.encode("ascii", "backslashreplace").decode())
@@ -194,10 +211,7 @@ def _format_string(s: str, verb: str, sharp: bool, zero: bool, plus: bool, minus
         digits = "0123456789abcdef" if verb == "x" else "0123456789ABCDEF"
         prefix = ("0x" if verb == "x" else "0X") if sharp else ""
         parts = [digits[b >> 4] + digits[b & 15] for b in data]
-        if space:
-            text = " ".join(prefix + p for p in parts)
-        else:
-            text = (prefix if parts else "") + "".join(parts)
+        text = " ".join(prefix + p for p in parts) if space else (prefix if parts else "") + "".join(parts)
     else:  # Go prints the argument with %v, the flags, width and precision still applying
         inner = _format_string(s, "s", False, zero, plus, minus, space, width, prec)
         return f"%!{verb}(string={inner})"
@@ -264,8 +278,10 @@ def _parse_url(method: str, url: str) -> yarl.URL:
     before_query = url.split("?", 1)[0].split("#", 1)[0]
     bad = _BAD_ESCAPE.search(before_query)
     if bad is not None:
-        raise PublishError(f"parse {go_quote(url)}: invalid URL escape "
-                           f"{go_quote(before_query[bad.start():bad.start() + 3])}")
+        raise PublishError(
+            f"parse {go_quote(url)}: invalid URL escape "
+            f"{go_quote(before_query[bad.start() : bad.start() + 3])}"
+        )
     try:
         u = yarl.URL(url, encoded=True)
         scheme = u.scheme.lower()
@@ -332,8 +348,15 @@ def _describe(method: str, url: str, u: yarl.URL, exc: BaseException) -> str:
 class HTTPClient:
     """Makes nsq_to_http's requests (create it on the running loop; :meth:`close` it)."""
 
-    def __init__(self, *, user_agent: str, content_type: str, custom_headers: Mapping[str, str],
-                 connect_timeout: float, request_timeout: float) -> None:
+    def __init__(
+        self,
+        *,
+        user_agent: str,
+        content_type: str,
+        custom_headers: Mapping[str, str],
+        connect_timeout: float,
+        request_timeout: float,
+    ) -> None:
         base = {"User-Agent": user_agent}
         extra = {}
         for k, v in custom_headers.items():
@@ -388,20 +411,22 @@ class HTTPClient:
         if status != 200:
             raise PublishError(f"got status code {status}")
 
-    async def _request(self, method: str, url: str, u: yarl.URL, body: bytes | None,
-                       headers: Mapping[str, str]) -> int:
+    async def _request(
+        self, method: str, url: str, u: yarl.URL, body: bytes | None, headers: Mapping[str, str]
+    ) -> int:
         if self.header_error is not None:
             raise PublishError(f"{method.capitalize()} {go_quote(url)}: {self.header_error}")
         try:
-            async with self.session.request(method, u, data=body, headers=headers,
-                                            proxy=env_proxy(u)) as resp:
+            async with self.session.request(
+                method, u, data=body, headers=headers, proxy=env_proxy(u)
+            ) as resp:
                 try:
                     while await resp.content.read(65536):
                         pass
-                except asyncio.TimeoutError:
+                except TimeoutError:
                     raise PublishError(BODY_TIMEOUT) from None
                 except aiohttp.ClientError:
                     raise PublishError("unexpected EOF") from None
                 return resp.status
-        except (aiohttp.ClientError, asyncio.TimeoutError, OSError, ValueError) as e:
+        except (TimeoutError, aiohttp.ClientError, OSError, ValueError) as e:
             raise PublishError(_describe(method, url, u, e)) from None

@@ -90,27 +90,43 @@ _GODOC: Final = "see http://godoc.org/github.com/nsqio/go-nsq#Config"
 FLAGS: Final = (
     _f("version", BOOL, "print version string"),
     _f("channel", STRING, "nsq channel"),
-    _f("destination-topic", STRING,
-       "use this destination topic for all consumed topics (default is consumed topic name)"),
+    _f(
+        "destination-topic",
+        STRING,
+        "use this destination topic for all consumed topics (default is consumed topic name)",
+    ),
     _f("max-in-flight", INT, "max number of messages to allow in flight"),
-    _f("status-every", INT,
-       "the # of requests between logging status (per destination), 0 disables"),
-    _f("mode", STRING,
-       "the upstream request mode options: round-robin, hostpool (default), epsilon-greedy"),
+    _f("status-every", INT, "the # of requests between logging status (per destination), 0 disables"),
+    _f("mode", STRING, "the upstream request mode options: round-robin, hostpool (default), epsilon-greedy"),
     _f("nsqd-tcp-address", STRING_ARRAY, "nsqd TCP address (may be given multiple times)"),
-    _f("destination-nsqd-tcp-address", STRING_ARRAY,
-       "destination nsqd TCP address (may be given multiple times)"),
+    _f(
+        "destination-nsqd-tcp-address",
+        STRING_ARRAY,
+        "destination nsqd TCP address (may be given multiple times)",
+    ),
     _f("lookupd-http-address", STRING_ARRAY, "lookupd HTTP address (may be given multiple times)"),
     _f("topic", STRING_ARRAY, "nsq topic (may be given multiple times)"),
-    _f("whitelist-json-field", STRING_ARRAY,
-       "for JSON messages: pass this field (may be given multiple times)"),
+    _f(
+        "whitelist-json-field",
+        STRING_ARRAY,
+        "for JSON messages: pass this field (may be given multiple times)",
+    ),
     _f("require-json-field", STRING, "for JSON messages: only pass messages that contain this field"),
-    _f("require-json-value", STRING,
-       "for JSON messages: only pass messages in which the required field has this value"),
-    _f("consumer-opt", GO_OPTIONS,
-       f"option to passthrough to nsq.Consumer (may be given multiple times, {_GODOC})"),
-    _f("producer-opt", GO_OPTIONS,
-       f"option to passthrough to nsq.Producer (may be given multiple times, {_GODOC})"),
+    _f(
+        "require-json-value",
+        STRING,
+        "for JSON messages: only pass messages in which the required field has this value",
+    ),
+    _f(
+        "consumer-opt",
+        GO_OPTIONS,
+        f"option to passthrough to nsq.Consumer (may be given multiple times, {_GODOC})",
+    ),
+    _f(
+        "producer-opt",
+        GO_OPTIONS,
+        f"option to passthrough to nsq.Producer (may be given multiple times, {_GODOC})",
+    ),
 )
 FLAGSET: Final = FlagSet(APP, FLAGS, Options)
 
@@ -146,7 +162,7 @@ class BatchTimerMetrics(TimerMetrics):
 
 
 class Counters:
-    __slots__ = ("received", "published", "filtered", "invalid", "requeued")
+    __slots__ = ("filtered", "invalid", "published", "received", "requeued")
 
     def __init__(self) -> None:
         self.received = self.published = self.filtered = self.invalid = self.requeued = 0
@@ -155,13 +171,17 @@ class Counters:
 class Republisher:
     """Publishes batches of consumed messages to the destinations and answers them."""
 
-    def __init__(self, opts: Options, producers: dict[str, Producer], connect_timeout: float,
-                 rng: random.Random | None = None) -> None:
+    def __init__(
+        self,
+        opts: Options,
+        producers: dict[str, Producer],
+        connect_timeout: float,
+        rng: random.Random | None = None,
+    ) -> None:
         self.addresses = list(opts.destination_nsqd_tcp_address)
         self.producers = producers
         self.connect_timeout = connect_timeout
-        self.filter = JSONFilter(opts.require_json_field, opts.require_json_value,
-                                 opts.whitelist_json_field)
+        self.filter = JSONFilter(opts.require_json_field, opts.require_json_value, opts.whitelist_json_field)
         # Go: any other --mode is round robin
         mode = opts.mode if opts.mode in (HOSTPOOL, EPSILON_GREEDY) else ROUND_ROBIN
         self.selector = new_selector(mode, self.addresses, rng=rng)
@@ -169,8 +189,9 @@ class Republisher:
         if len(self.addresses) == 1:  # one address: no per-address lines
             self.per_address = {self.addresses[0]: BatchTimerMetrics(0, "", log)}
         else:
-            self.per_address = {a: BatchTimerMetrics(opts.status_every, f"[{a}]:", log)
-                                for a in self.addresses}
+            self.per_address = {
+                a: BatchTimerMetrics(opts.status_every, f"[{a}]:", log) for a in self.addresses
+            }
         self.aggregate = BatchTimerMetrics(opts.status_every, "[aggregate]:", log)
         self.counts = Counters()
         self.tasks: set[asyncio.Task[None]] = set()
@@ -212,8 +233,14 @@ class Republisher:
         for addr, (m, b, picks) in groups.items():
             self._spawn(addr, topic, m, b, picks if self.marks else None)
 
-    def _spawn(self, addr: str, topic: str, msgs: list[Message], bodies: list[bytes],
-               picks: list[HostPoolResponse] | None) -> None:
+    def _spawn(
+        self,
+        addr: str,
+        topic: str,
+        msgs: list[Message],
+        bodies: list[bytes],
+        picks: list[HostPoolResponse] | None,
+    ) -> None:
         task = asyncio.ensure_future(self._publish(addr, topic, msgs, bodies, picks))
         self.tasks.add(task)
         task.add_done_callback(self.tasks.discard)
@@ -225,8 +252,14 @@ class Republisher:
 
     # --- the publishing side ----------------------------------------------------------------
 
-    async def _publish(self, addr: str, topic: str, msgs: list[Message], bodies: list[bytes],
-                       picks: list[HostPoolResponse] | None) -> None:
+    async def _publish(
+        self,
+        addr: str,
+        topic: str,
+        msgs: list[Message],
+        bodies: list[bytes],
+        picks: list[HostPoolResponse] | None,
+    ) -> None:
         producer = self.producers[addr]
         start = time.monotonic()
         try:
@@ -239,8 +272,9 @@ class Republisher:
                 self._answered(addr, topic, msgs, picks, start, e)
                 return
             # MPUB is all or nothing: one PUB each, so only a refused message comes back
-            log.warning("%s refused an MPUB of %d messages (%s); publishing them one by one",
-                        addr, len(bodies), e)
+            log.warning(
+                "%s refused an MPUB of %d messages (%s); publishing them one by one", addr, len(bodies), e
+            )
             for i, (msg, body) in enumerate(zip(msgs, bodies, strict=True)):
                 pick = None if picks is None else picks[i : i + 1]
                 t0 = time.monotonic()
@@ -271,8 +305,15 @@ class Republisher:
                     await asyncio.wait_for(conn.wait_closed(), self.connect_timeout)
             raise
 
-    def _answered(self, addr: str, topic: str, msgs: list[Message],
-                  picks: list[HostPoolResponse] | None, start: float, err: BaseException | None) -> None:
+    def _answered(
+        self,
+        addr: str,
+        topic: str,
+        msgs: list[Message],
+        picks: list[HostPoolResponse] | None,
+        start: float,
+        err: BaseException | None,
+    ) -> None:
         """FIN (or REQ with backoff, on ``err``) ``msgs``; tell the host pool; record their
         time since ``start`` (Go's responder)."""
         elapsed = time.monotonic() - start
@@ -283,8 +324,14 @@ class Republisher:
                 msg.finish()
         else:
             self.counts.requeued += n
-            log.error("failed to publish %d message%s to %s (topic %s) - %s; requeued",
-                      n, "" if n == 1 else "s", addr, topic, err)
+            log.error(
+                "failed to publish %d message%s to %s (topic %s) - %s; requeued",
+                n,
+                "" if n == 1 else "s",
+                addr,
+                topic,
+                err,
+            )
             for msg in msgs:
                 msg.requeue()
         if picks is not None:
@@ -350,9 +397,10 @@ async def run(opts: Options, ccfg: ConnectionConfig, pcfg: ConnectionConfig) -> 
     stop = stop_on_signals()
     # one producer per distinct destination (they connect in the background; go-nsq's
     # connect on the first publish)
-    producers = {a: Producer(a, config=pcfg, retries=0, reconnect_interval=0.25,
-                             max_reconnect_interval=2.0)
-                 for a in dict.fromkeys(opts.destination_nsqd_tcp_address)}
+    producers = {
+        a: Producer(a, config=pcfg, retries=0, reconnect_interval=0.25, max_reconnect_interval=2.0)
+        for a in dict.fromkeys(opts.destination_nsqd_tcp_address)
+    }
     pub = Republisher(opts, producers, connect_timeout=pcfg.dial_timeout + 0.5)
     consumers: list[Consumer] = []
     pumps: list[asyncio.Task[None]] = []
@@ -361,15 +409,19 @@ async def run(opts: Options, ccfg: ConnectionConfig, pcfg: ConnectionConfig) -> 
         for p in producers.values():
             await p.start()
         for topic in opts.topic:
-            c = Consumer(topic, opts.channel, nsqd_tcp_addresses=opts.nsqd_tcp_address,
-                         lookupd_http_addresses=opts.lookupd_http_address, config=ccfg)
+            c = Consumer(
+                topic,
+                opts.channel,
+                nsqd_tcp_addresses=opts.nsqd_tcp_address,
+                lookupd_http_addresses=opts.lookupd_http_address,
+                config=ccfg,
+            )
             consumers.append(c)
             relay = Relay(pub, c, opts.destination_topic or topic)
             pumps.append(asyncio.create_task(relay.pump(), name=f"{APP}-{topic}"))
         if opts.nsqd_tcp_address:
             timeout = ccfg.dial_timeout + 2.0
-            errors = await asyncio.gather(
-                *(wait_nsqd(c, opts.nsqd_tcp_address, timeout) for c in consumers))
+            errors = await asyncio.gather(*(wait_nsqd(c, opts.nsqd_tcp_address, timeout) for c in consumers))
             failed = [e for e in errors if e is not None]
             if failed:
                 code = fatal(failed[0])
@@ -390,9 +442,17 @@ async def run(opts: Options, ccfg: ConnectionConfig, pcfg: ConnectionConfig) -> 
         if code == 0:
             n = pub.counts
             given_up = sum(cons.stats().messages_given_up for cons in consumers)
-            log.info("%s: %d messages received, %d published, %d filtered out, %d not JSON, "
-                     "%d requeued, %d given up", APP, n.received, n.published, n.filtered,
-                     n.invalid, n.requeued, given_up)
+            log.info(
+                "%s: %d messages received, %d published, %d filtered out, %d not JSON, "
+                "%d requeued, %d given up",
+                APP,
+                n.received,
+                n.published,
+                n.filtered,
+                n.invalid,
+                n.requeued,
+                given_up,
+            )
     return code
 
 

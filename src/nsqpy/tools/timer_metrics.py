@@ -23,7 +23,7 @@ def percentile(perc: float, ordered: list[float]) -> float:
     n = len(ordered)
     if n == 0:
         return 0.0
-    idx = int(math.ceil(perc / 100.0 * n + 0.5))
+    idx = math.ceil(perc / 100.0 * n + 0.5)
     return ordered[min(idx, n - 1)]
 
 
@@ -36,14 +36,16 @@ class Stats:
     p99: float
 
     def __str__(self) -> str:
-        return (f"{self.prefix} finished {self.count} - 99th: {self.p99 * 1000:.2f}ms - "
-                f"95th: {self.p95 * 1000:.2f}ms - avg: {self.avg * 1000:.2f}ms")
+        return (
+            f"{self.prefix} finished {self.count} - 99th: {self.p99 * 1000:.2f}ms - "
+            f"95th: {self.p95 * 1000:.2f}ms - avg: {self.avg * 1000:.2f}ms"
+        )
 
 
 class TimerMetrics:
     """Durations in seconds; :meth:`status_duration` logs at each wrap of the ring."""
 
-    __slots__ = ("status_every", "prefix", "timings", "position", "logger")
+    __slots__ = ("logger", "position", "prefix", "status_every", "timings")
 
     def __init__(self, status_every: int, prefix: str, logger: logging.Logger | None = None) -> None:
         self.status_every = status_every
@@ -52,15 +54,16 @@ class TimerMetrics:
         self.position = 0
         self.logger = logger or log
         if 0 < status_every < 100:
-            self.logger.info("Warning: use more than 100 status values for accurate percentiles "
-                             "(configured with %d)", status_every)
+            self.logger.info(
+                "Warning: use more than 100 status values for accurate percentiles (configured with %d)",
+                status_every,
+            )
 
     def stats(self) -> Stats:
         timings = self.timings
         ordered = sorted(timings)
         avg = sum(timings) / len(timings) if timings else 0.0
-        return Stats(self.prefix, len(timings), avg, percentile(95.0, ordered),
-                     percentile(99.0, ordered))
+        return Stats(self.prefix, len(timings), avg, percentile(95.0, ordered), percentile(99.0, ordered))
 
     def status(self, started: float, now: float) -> None:
         """Record ``now - started`` (seconds)."""

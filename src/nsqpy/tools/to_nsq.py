@@ -68,9 +68,12 @@ FLAGS: Final = (
     _f("topic", STRING, "NSQ topic to publish to"),
     _f("delimiter", STRING, "character to split input from stdin"),
     _f("nsqd-tcp-address", STRING_ARRAY, "destination nsqd TCP address (may be given multiple times)"),
-    _f("producer-opt", GO_OPTIONS,
-       "option to passthrough to nsq.Producer (may be given multiple times, "
-       "http://godoc.org/github.com/nsqio/go-nsq#Config)"),
+    _f(
+        "producer-opt",
+        GO_OPTIONS,
+        "option to passthrough to nsq.Producer (may be given multiple times, "
+        "http://godoc.org/github.com/nsqio/go-nsq#Config)",
+    ),
     _f("rate", INT, "Throttle messages to n/second. 0 to disable"),
     _f("version", BOOL, "print version string"),
 )
@@ -322,8 +325,10 @@ async def publish_stream(
     await pub.drain()
     if pub.error is not None:
         missed = read - min(pub.acked.values())
-        return fatal(f"{pub.error} ({missed} of {read} messages read from stdin were not published"
-                     + (" to every nsqd)" if len(producers) > 1 else ")"))
+        return fatal(
+            f"{pub.error} ({missed} of {read} messages read from stdin were not published"
+            + (" to every nsqd)" if len(producers) > 1 else ")")
+        )
     if read_err is not None:
         return fatal(read_err)
     unsent = len(pending)
@@ -344,8 +349,15 @@ async def run(opts: Options, cfg: ConnectionConfig, delim: bytes) -> int:
     try:
         if opts.rate > 0:
             log.info("Throttling messages rate to max:%d/second", opts.rate)
-        return await publish_stream(FdReader(sys.stdin.fileno()), producers, opts.topic, delim,
-                                    opts.rate, stop, connect_timeout=cfg.dial_timeout + 1.0)
+        return await publish_stream(
+            FdReader(sys.stdin.fileno()),
+            producers,
+            opts.topic,
+            delim,
+            opts.rate,
+            stop,
+            connect_timeout=cfg.dial_timeout + 1.0,
+        )
     finally:
         for p in producers.values():
             await p.close()

@@ -16,7 +16,7 @@ _RAW_DEFLATE = -15  # wbits: a 32 KiB window and no zlib header or trailer, like
 class DeflateLayer:
     """Raw deflate both ways at a compression ``level`` in [0, 9] (NSQ allows 1..9)."""
 
-    __slots__ = ("level", "_compressor", "_decompressor")
+    __slots__ = ("_compressor", "_decompressor", "level")
 
     def __init__(self, level: int = 6) -> None:
         if not 0 <= level <= 9:

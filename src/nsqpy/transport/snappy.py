@@ -43,7 +43,7 @@ def snappy_available() -> bool:
 class SnappyLayer:
     """Snappy framing both ways: every ``encode`` is a flush point, ``decode`` is incremental."""
 
-    __slots__ = ("_compressor", "_decompress", "_decompress_error", "_buf", "_started")
+    __slots__ = ("_buf", "_compressor", "_decompress", "_decompress_error", "_started")
 
     def __init__(self) -> None:
         # imported here: cramjam is needed only by connections that negotiate snappy

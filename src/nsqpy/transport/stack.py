@@ -61,10 +61,7 @@ class Stack:
         data = b""
         for layer in reversed(self.layers):
             pending = layer.output()
-            if data:
-                data = pending + layer.encode(data)
-            else:
-                data = pending
+            data = pending + layer.encode(data) if data else pending
         return data
 
     def push(self, layer: Layer, pending: bytes = b"") -> bytes:

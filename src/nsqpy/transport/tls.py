@@ -125,7 +125,7 @@ class TLSLayer:
     ``output()`` may still hold an alert worth sending before closing the socket.
     """
 
-    __slots__ = ("server_side", "handshake_done", "closed", "_backend", "_early")
+    __slots__ = ("_backend", "_early", "closed", "handshake_done", "server_side")
 
     def __init__(
         self,
@@ -231,7 +231,7 @@ class TLSLayer:
 class StdlibBackend:
     """The stdlib ``ssl`` backend: an :class:`ssl.SSLObject` between two memory BIOs."""
 
-    __slots__ = ("_incoming", "_outgoing", "_obj")
+    __slots__ = ("_incoming", "_obj", "_outgoing")
 
     def __init__(self, context: ssl.SSLContext, server_side: bool, server_hostname: str | None) -> None:
         self._incoming = ssl.MemoryBIO()
