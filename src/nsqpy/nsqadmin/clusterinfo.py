@@ -82,40 +82,36 @@ class ClusterInfo:
 
     # --- nsqlookupd -------------------------------------------------------------------------
 
+    async def _lookupd_names(
+        self, path: str, key: str, lookupd_http_addrs: list[str]
+    ) -> tuple[list[str] | None, BaseException | None]:
+        """The union of the string lists under ``key`` in every lookupd's answer to
+        ``path``, sorted; None (and the error) when no lookupd answered."""
+        results = await self._gather(
+            [self._get("nsqlookupd", f"http://{a}{path}") for a in lookupd_http_addrs]
+        )
+        names: list[str] = []
+        errs: list[BaseException] = []
+        for r in results:
+            if isinstance(r, BaseException):
+                errs.append(r)
+            elif isinstance(r, dict):
+                names += [n for n in r.get(key) or () if isinstance(n, str)]
+        if len(errs) == len(lookupd_http_addrs):
+            return None, ClusterError(f"failed to query any nsqlookupd: {ErrList(errs)}")
+        return _uniq_sorted(names), ErrList(errs) if errs else None
+
     async def get_lookupd_topics(
         self, lookupd_http_addrs: list[str]
     ) -> tuple[list[str] | None, BaseException | None]:
         """The union of every lookupd's ``/topics``, sorted (None when there is none)."""
-        results = await self._gather(
-            [self._get("nsqlookupd", f"http://{a}/topics") for a in lookupd_http_addrs]
-        )
-        topics: list[str] = []
-        errs: list[BaseException] = []
-        for r in results:
-            if isinstance(r, BaseException):
-                errs.append(r)
-            elif isinstance(r, dict):
-                topics += [t for t in r.get("topics") or () if isinstance(t, str)]
-        if len(errs) == len(lookupd_http_addrs):
-            return None, ClusterError(f"failed to query any nsqlookupd: {ErrList(errs)}")
-        return _uniq_sorted(topics), ErrList(errs) if errs else None
+        return await self._lookupd_names("/topics", "topics", lookupd_http_addrs)
 
     async def get_lookupd_topic_channels(
         self, topic: str, lookupd_http_addrs: list[str]
     ) -> tuple[list[str] | None, BaseException | None]:
-        results = await self._gather(
-            [self._get("nsqlookupd", f"http://{a}/channels?topic={_q(topic)}") for a in lookupd_http_addrs]
-        )
-        channels: list[str] = []
-        errs: list[BaseException] = []
-        for r in results:
-            if isinstance(r, BaseException):
-                errs.append(r)
-            elif isinstance(r, dict):
-                channels += [c for c in r.get("channels") or () if isinstance(c, str)]
-        if len(errs) == len(lookupd_http_addrs):
-            return None, ClusterError(f"failed to query any nsqlookupd: {ErrList(errs)}")
-        return _uniq_sorted(channels), ErrList(errs) if errs else None
+        """The union of every lookupd's ``/channels?topic=``, sorted."""
+        return await self._lookupd_names(f"/channels?topic={_q(topic)}", "channels", lookupd_http_addrs)
 
     async def get_lookupd_producers(
         self, lookupd_http_addrs: list[str]
