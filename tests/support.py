@@ -6,6 +6,8 @@ import asyncio
 import contextlib
 import json
 import os
+import socket
+import struct
 import subprocess
 import time
 from collections.abc import Awaitable, Callable, Iterator
@@ -322,3 +324,48 @@ def find_stats(doc: Any, topic: str, channel: str | None = None) -> Any:
             if c["channel_name"] == channel:
                 return c
     return None
+
+
+def closed_port() -> int:
+    """A TCP port nothing listens on (bound, then released)."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+class FakeNsqd:
+    """A TCP peer of nsqlookupd that registers topics for an nsqd that does not exist (its
+    ports are closed): whoever reads it through the lookupd (nsqadmin) fails to."""
+
+    def __init__(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        self.reader = reader
+        self.writer = writer
+
+    @classmethod
+    async def register(cls, lookupd_tcp_port: int, http_port: int, *topics: str) -> FakeNsqd:
+        r, w = await asyncio.open_connection("127.0.0.1", lookupd_tcp_port)
+        peer = cls(r, w)
+        w.write(b"  V1")
+        body = json.dumps(
+            {
+                "broadcast_address": "127.0.0.1",
+                "hostname": "ghost",
+                "tcp_port": closed_port(),
+                "http_port": http_port,
+                "version": "1.3.0",
+            }
+        ).encode()
+        await peer.command(b"IDENTIFY\n" + struct.pack(">i", len(body)) + body)
+        for topic in topics:
+            assert await peer.command(f"REGISTER {topic}\n".encode()) == b"OK"
+        return peer
+
+    async def command(self, data: bytes) -> bytes:
+        self.writer.write(data)
+        (n,) = struct.unpack(">i", await asyncio.wait_for(self.reader.readexactly(4), 5))
+        return await asyncio.wait_for(self.reader.readexactly(n), 5)
+
+    async def close(self) -> None:
+        self.writer.close()
+        with contextlib.suppress(ConnectionError, OSError):
+            await self.writer.wait_closed()

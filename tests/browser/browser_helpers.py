@@ -21,7 +21,6 @@ import contextlib
 import json
 import os
 import re
-import struct
 import threading
 import time
 import urllib.error
@@ -223,47 +222,6 @@ class Subscriber:
         self.w.close()
         with contextlib.suppress(ConnectionError, OSError):
             await self.w.wait_closed()
-
-
-class GhostNsqd:
-    """A TCP peer of nsqlookupd registering topics for an nsqd that does not exist (its HTTP
-    port is closed): nsqadmin then fails to read it (a partial failure)."""
-
-    def __init__(self, r: asyncio.StreamReader, w: asyncio.StreamWriter) -> None:
-        self.r = r
-        self.w = w
-
-    @classmethod
-    async def register(cls, lookupd: NSQLookupd, http_port: int, *topics: str) -> GhostNsqd:
-        r, w = await asyncio.open_connection("127.0.0.1", lookupd.tcp_port)
-        ghost = cls(r, w)
-        w.write(b"  V1")
-        body = json.dumps(
-            {
-                "broadcast_address": "127.0.0.1",
-                "hostname": "ghost",
-                "tcp_port": 1,
-                "http_port": http_port,
-                "version": "1.3.0",
-            }
-        ).encode()
-        await ghost.command(b"IDENTIFY\n" + struct.pack(">i", len(body)) + body)
-        for topic in topics:
-            assert await ghost.command(f"REGISTER {topic}\n".encode()) == b"OK"
-        return ghost
-
-    async def command(self, data: bytes) -> bytes:
-        self.w.write(data)
-        (n,) = struct.unpack(">i", await asyncio.wait_for(self.r.readexactly(4), 5))
-        return await asyncio.wait_for(self.r.readexactly(n), 5)
-
-    async def close(self) -> None:
-        self.w.close()
-        with contextlib.suppress(ConnectionError, OSError):
-            await self.w.wait_closed()
-
-
-# --- the cluster on a background loop -------------------------------------------------------------
 
 
 class FakeGraphite:
@@ -587,12 +545,3 @@ def screenshot_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def browser_fixture(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Browser]:
     with launch_browser(tmp_path_factory.mktemp("browser"), screenshot_dir(tmp_path_factory)) as b:
         yield b
-
-
-def closed_port() -> int:
-    """A TCP port nothing listens on (bound, then released)."""
-    import socket
-
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]

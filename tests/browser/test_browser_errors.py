@@ -7,12 +7,11 @@ from __future__ import annotations
 import pytest
 from browser_helpers import (  # noqa: F401
     Cluster,
-    GhostNsqd,
     browser_fixture,
-    closed_port,
     expect,
     wait_until,
 )
+from support import FakeNsqd, closed_port
 
 pytestmark = pytest.mark.timeout(90)
 
@@ -26,7 +25,7 @@ def env(tmp_path_factory):
         c.nsqd_post(0, "/channel/create?topic=haunted&channel=c")
         c.publish(0, "haunted", 2)
         assert c.lookupd is not None
-        ghost = c.run(GhostNsqd.register(c.lookupd, closed_port(), "haunted"))
+        ghost = c.run(FakeNsqd.register(c.lookupd.tcp_port, closed_port(), "haunted"))
         c.registered("haunted", 2)
         c.add_admin("main")
         c.add_admin("broken", nsqlookupd_http_addresses=[f"127.0.0.1:{closed_port()}"])

@@ -8,11 +8,8 @@ second ``conftest`` module would shadow the root one).
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import json
-import socket
-import struct
 from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 from typing import Any
@@ -31,13 +28,6 @@ from nsqpy.nsqlookupd import Options as LookupdOptions
 
 V1 = "nsq; version=1.0"
 JSON_CT = "application/json; charset=utf-8"
-
-
-def closed_port() -> int:
-    """A TCP port nothing listens on (bound, then released)."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 class HTTP:
@@ -149,44 +139,6 @@ class Cluster:
             q = f"&topic={topic}" if topic else ""
             async with s.get(f"http://{nsqd.http_addr_str}/stats?format=json{q}") as r:
                 return await r.json()
-
-
-class FakeNsqd:
-    """A TCP peer of nsqlookupd that registers topics for an nsqd that does not exist (its
-    HTTP port is closed): nsqadmin then fails to read it."""
-
-    def __init__(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        self.reader = reader
-        self.writer = writer
-
-    @classmethod
-    async def register(cls, lookupd: NSQLookupd, http_port: int, *topics: str) -> FakeNsqd:
-        r, w = await asyncio.open_connection("127.0.0.1", lookupd.tcp_port)
-        peer = cls(r, w)
-        w.write(b"  V1")
-        body = json.dumps(
-            {
-                "broadcast_address": "127.0.0.1",
-                "hostname": "ghost",
-                "tcp_port": closed_port(),
-                "http_port": http_port,
-                "version": "1.3.0",
-            }
-        ).encode()
-        await peer.command(b"IDENTIFY\n" + struct.pack(">i", len(body)) + body)
-        for topic in topics:
-            assert await peer.command(f"REGISTER {topic}\n".encode()) == b"OK"
-        return peer
-
-    async def command(self, data: bytes) -> bytes:
-        self.writer.write(data)
-        (n,) = struct.unpack(">i", await asyncio.wait_for(self.reader.readexactly(4), 5))
-        return await asyncio.wait_for(self.reader.readexactly(n), 5)
-
-    async def close(self) -> None:
-        self.writer.close()
-        with contextlib.suppress(ConnectionError, OSError):
-            await self.writer.wait_closed()
 
 
 def admin_options(**kw: Any) -> Options:

@@ -7,8 +7,9 @@ import base64
 import json
 
 import pytest
-from admin_helpers import Recorder, closed_port, cluster_fixture, running_admin  # noqa: F401
+from admin_helpers import Recorder, cluster_fixture, running_admin  # noqa: F401
 from aiohttp import web
+from support import closed_port
 
 pytestmark = pytest.mark.timeout(60)
 

@@ -6,7 +6,8 @@ from __future__ import annotations
 import json
 
 import pytest
-from admin_helpers import FakeNsqd, closed_port, cluster_fixture, running_admin  # noqa: F401
+from admin_helpers import cluster_fixture, running_admin  # noqa: F401
+from support import FakeNsqd, closed_port
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -78,7 +79,7 @@ async def test_unreachable_producer_in_lookupd_mode(cluster):
     for nsqd in (n0, n1):
         nsqd.get_topic("orders").get_channel("archive")
     dead = closed_port()
-    ghost = await FakeNsqd.register(cluster.lookupd, dead, "orders")
+    ghost = await FakeNsqd.register(cluster.lookupd.tcp_port, dead, "orders")
     try:
         await cluster.registered("orders", 3)
         async with running_admin(nsqlookupd_http_addresses=[cluster.lookupd_http]) as (_, http):
