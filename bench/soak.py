@@ -245,9 +245,7 @@ class Soak:
                 spawn(ch)
         while not self.stop_publishing.is_set():
             with contextlib.suppress(asyncio.TimeoutError):
-                await asyncio.wait_for(
-                    self.stop_publishing.wait(), self.rng.expovariate(1 / self.a.churn)
-                )
+                await asyncio.wait_for(self.stop_publishing.wait(), self.rng.expovariate(1 / self.a.churn))
             if self.stop_publishing.is_set():
                 break
             ch = self.rng.choice(["a", "b", "e#ephemeral"])
