@@ -69,7 +69,7 @@ class _HTTPClient:
         if resp.content_type == "application/json" or text[:1] in ("{", "["):
             try:
                 return json.loads(text)
-            except ValueError:
+            except (ValueError, RecursionError):  # RecursionError: nested too deep
                 pass
         return text
 
@@ -92,7 +92,7 @@ def _message(body: bytes) -> str:
         data = json.loads(body)
         if isinstance(data, dict):
             return str(data.get("message") or data.get("status_txt") or data)
-    except ValueError:
+    except (ValueError, RecursionError):  # RecursionError: nested too deep
         pass
     return body.decode("utf-8", "replace").strip()
 

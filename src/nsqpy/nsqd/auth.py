@@ -201,4 +201,6 @@ class AuthClient:
             doc = json.loads(body)
         except ValueError as e:
             raise AuthError(f"invalid response - {e}") from None
+        except RecursionError:  # nested deeper than the interpreter's recursion limit
+            raise AuthError("invalid response - exceeded max depth") from None
         return parse_auth_response(doc)

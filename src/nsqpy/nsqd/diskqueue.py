@@ -37,7 +37,7 @@ import struct
 import threading
 import time
 from bisect import bisect_right
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from itertools import accumulate, chain
 from typing import NoReturn, Protocol
 
@@ -101,6 +101,9 @@ split_records = _c_split_records if compiled else split_records_py
 #: Bytes read from a segment at a time (the most a queue's read buffer holds, beyond one
 #: record); the buffer is dropped whenever it is fully consumed.
 READ_CHUNK = 1 << 16
+#: file numbers probed one by one between a read and a write segment; a longer range is
+#: looked up in one directory listing
+_PROBE_LIMIT = 64
 
 _META_FMT = "%d\n%d,%d\n%d,%d\n"
 _META_RE = re.compile(rb"(-?\d+)\n(-?\d+),(-?\d+)\n(-?\d+),(-?\d+)(?:\n|$)")
@@ -656,7 +659,7 @@ class DiskQueue:
                     "DISKQUEUE(%s) failed to rename bad diskqueue file %s to %s - %s",
                     self.name, path, bad, e,
                 )
-        self.read_file_num = rfn + 1
+        self.read_file_num = self._next_segment(rfn + 1, self.write_file_num)
         self.read_pos = 0
         self._need_sync = True
         # the records lost with the bad segment are unknown: count what is left
@@ -890,13 +893,13 @@ class DiskQueue:
         changed = False
 
         # the reader may have consumed (and deleted) segments after the metadata was written
-        while rfn < wfn and not os.path.exists(self.file_name(rfn)):
+        nxt = self._next_segment(rfn, wfn)
+        if nxt != rfn:
             self._log.warning(
-                "DISKQUEUE(%s) read file %s is missing, skipping it",
-                self.name,
-                self.file_name(rfn),
+                "DISKQUEUE(%s) read file %s is missing, skipping %d file(s) to %s",
+                self.name, self.file_name(rfn), nxt - rfn, self.file_name(nxt),
             )
-            rfn += 1
+            rfn = nxt
             rpos = 0
             recount = True
         if rfn < wfn and rpos > 0:
@@ -1062,12 +1065,30 @@ class DiskQueue:
         """Readable records from the read position to the write position, from the files."""
         total = 0
         wfn = self.write_file_num
-        for n in range(self.read_file_num, wfn + 1):
+        for n in self._segment_candidates(self.read_file_num, wfn):
             start = self.read_pos if n == self.read_file_num else 0
             r = self._scan(self.file_name(n), start, self.write_pos if n == wfn else -1)
             if r is not None:
                 total += r[0]
         return total
+
+    def _segment_candidates(self, lo: int, hi: int) -> Iterable[int]:
+        """Segment numbers from ``lo`` to ``hi`` that may exist, ascending: every one for a
+        short range, else those a directory listing shows. Metadata may put the read and
+        write segments millions apart (bit rot, a hand edit, deleted files); a probe per
+        number would take that long, and once per missing segment, quadratic time."""
+        if hi - lo <= _PROBE_LIMIT:
+            return range(lo, hi + 1)
+        nums = {int(m.group(1)) for m in map(self._segment_re.fullmatch, self._own_files()) if m}
+        return sorted(n for n in nums if lo <= n <= hi)
+
+    def _next_segment(self, rfn: int, wfn: int) -> int:
+        """The first segment from ``rfn`` on whose file exists, or ``wfn`` (the write
+        segment, which need not exist yet) if none before it does."""
+        for n in self._segment_candidates(rfn, wfn - 1):
+            if os.path.exists(self.file_name(n)):
+                return n
+        return max(rfn, wfn)
 
     def _truncate(self, path: str, end: int, size: int) -> None:
         self._log.warning(

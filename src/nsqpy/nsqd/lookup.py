@@ -133,7 +133,7 @@ class LookupPeer:
             raise ValueError(f"IDENTIFY rejected: {resp.decode('utf-8', 'replace')}")
         try:
             self.info = json.loads(resp)
-        except ValueError:
+        except (ValueError, RecursionError):  # RecursionError: nested too deep
             self.info = {}
         log.info("LOOKUPD(%s): peer info %s", self.address, self.info)
         # drop what was queued for the previous connection: we register everything now

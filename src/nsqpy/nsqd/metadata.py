@@ -41,6 +41,8 @@ def read_metadata(data_path: str) -> list[dict[str, Any]]:
         doc = json.loads(raw)
     except ValueError as e:
         raise ValueError(f"failed to parse metadata in {path} - {e}") from None
+    except RecursionError:  # nested deeper than the interpreter's recursion limit
+        raise ValueError(f"failed to parse metadata in {path} - exceeded max depth") from None
     topics = doc.get("topics") if isinstance(doc, dict) else None
     if topics is None:
         return []

@@ -221,7 +221,7 @@ class ProtocolV2(ClientV2):
 
     def _compress(self, kind: str, level: int) -> None:
         """snappy or deflate on top of the stack; Go's OK goes through it."""
-        from ..transport import DeflateLayer, SnappyLayer, Stack
+        from ..transport import DeflateLayer, SnappyLayer, Stack, TransportError
 
         if kind == "snappy":
             log.info("PROTOCOL(V2): [%s] upgrading connection to snappy", self.remote_address)
@@ -237,7 +237,16 @@ class ProtocolV2(ClientV2):
         leftover = self._parser.take_buffered()
         if self._stack is None:
             self._stack = Stack()
-        pending = self._stack.push(layer, leftover)
+        try:
+            pending = self._stack.push(layer, leftover)
+        except TransportError as e:
+            # the commands pipelined after IDENTIFY are not in the negotiated compression:
+            # the OK goes out (compressed, as Go's), then the read fails as in _unwrap
+            self._append(OK_FRAME)
+            self.flush()
+            log.error("[%s] failed to read command - %s", self.remote_address, e)
+            self.abort()
+            return
         self._append(OK_FRAME)
         self.flush()
         if pending:
@@ -384,7 +393,7 @@ class ProtocolV2(ClientV2):
     def _identify(self, params: list[bytes], body: bytes | None) -> None:
         try:
             data = json.loads(body or b"")
-        except ValueError:
+        except (ValueError, RecursionError):  # RecursionError: nested too deep
             raise fatal("E_BAD_BODY", "IDENTIFY failed to decode JSON body") from None
         if data is None:
             data = {}

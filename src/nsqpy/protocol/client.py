@@ -318,7 +318,7 @@ class ClientProtocol(Generic[M]):
             if payload != b"OK":
                 try:
                     settings = json.loads(payload)
-                except ValueError:
+                except (ValueError, RecursionError):  # RecursionError: nested too deep
                     raise HandshakeError(f"bad IDENTIFY response {payload[:100]!r}") from None
                 if not isinstance(settings, dict):
                     raise HandshakeError(f"bad IDENTIFY response {payload[:100]!r}")
@@ -334,7 +334,7 @@ class ClientProtocol(Generic[M]):
         elif step == _AUTH:
             try:
                 auth = json.loads(payload)
-            except ValueError:
+            except (ValueError, RecursionError):  # RecursionError: nested too deep
                 raise HandshakeError(f"bad AUTH response {payload[:100]!r}") from None
             self.auth = auth if isinstance(auth, dict) else {}
             self._ready()

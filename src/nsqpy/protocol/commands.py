@@ -38,7 +38,8 @@ _INT32 = struct.Struct(">i")
 
 
 class LineTooLong(ProtocolError):
-    """A command line longer than :data:`MAX_LINE_LENGTH` (the connection is dropped)."""
+    """A command line longer than :data:`MAX_LINE_LENGTH` before its ``\n``, however it
+    arrived (whole or cut by TCP); the connection is dropped."""
 
     def __init__(self) -> None:
         super().__init__("E_INVALID", "command line too long")
@@ -93,13 +94,18 @@ class CommandParser:
                     if len(buf) - pos > MAX_LINE_LENGTH:
                         raise LineTooLong()
                     return None
-                params, pos = line
+                params, end = line
+                if end - pos > MAX_LINE_LENGTH + 1:  # the line before its '\n' is too long
+                    raise LineTooLong()
+                pos = end
             else:
                 nl = buf.find(b"\n", pos)
                 if nl < 0:
                     if len(buf) - pos > MAX_LINE_LENGTH:
                         raise LineTooLong()
                     return None
+                if nl - pos > MAX_LINE_LENGTH:  # too long, even when it arrived whole
+                    raise LineTooLong()
                 end = nl - 1 if nl > pos and buf[nl - 1] == 13 else nl
                 params = bytes(buf[pos:end]).split(b" ")
                 pos = nl + 1

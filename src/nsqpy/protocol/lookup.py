@@ -102,6 +102,8 @@ class LookupParser:
             if len(buf) - self._pos > MAX_LINE_LENGTH:
                 raise ProtocolError("E_INVALID", "command line too long")
             return None
+        if nl - self._pos > MAX_LINE_LENGTH:  # too long, even when it arrived whole
+            raise ProtocolError("E_INVALID", "command line too long")
         line = decode_text(bytes(buf[self._pos : nl]))
         self._pos = nl + 1
         return go_trim_space(line).split(" ")
@@ -154,7 +156,8 @@ def decode_identify(body: bytes) -> dict[str, Any]:
     case-insensitively (an exact match wins), later duplicates override earlier ones, JSON
     ``null`` leaves a field alone, unknown keys are ignored. Raises ValueError for invalid
     JSON, a non-object top level, or a value of the wrong type (a string where an int goes,
-    ``1.0`` or ``1e3`` for an int, an int outside int64).
+    ``1.0`` or ``1e3`` for an int, an int outside int64, nesting deeper than the
+    recursion limit).
     """
     out: dict[str, Any] = {k: 0 if is_int else "" for k, is_int in PEER_INFO_FIELDS.items()}
     text = body.decode("utf-8", "replace")
@@ -164,12 +167,17 @@ def decode_identify(body: bytes) -> dict[str, Any]:
         pairs_list.append(pairs)
         return pairs
 
-    doc = json.loads(
-        text,
-        object_pairs_hook=keep_pairs,
-        parse_int=lambda s: _IntLiteral(int(s)),
-        parse_constant=_reject_constant,
-    )
+    try:
+        doc = json.loads(
+            text,
+            object_pairs_hook=keep_pairs,
+            parse_int=lambda s: _IntLiteral(int(s)),
+            parse_constant=_reject_constant,
+        )
+    except RecursionError:
+        # nested deeper than the interpreter's recursion limit: Go's decoder gives up too
+        # (its limit is 10,000 levels), with an error, not a crash
+        raise ValueError("json: exceeded max depth") from None
     if doc is None:
         return out
     if not isinstance(doc, list) or not pairs_list or doc is not pairs_list[-1]:
