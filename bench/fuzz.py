@@ -178,7 +178,8 @@ def main() -> int:
     ap.add_argument("--seconds", type=float, default=600.0, help="per target (600)")
     ap.add_argument("--runs", type=int, default=None, help="stop after this many inputs as well")
     ap.add_argument("--timeout", type=int, default=10, help="seconds one input may take (10)")
-    ap.add_argument("--max-len", type=int, default=16384, help="longest input (16384 bytes)")
+    # above nsqd's 16 KiB command line limit, so that an over-long line can be generated
+    ap.add_argument("--max-len", type=int, default=20000, help="longest input (20000 bytes)")
     ap.add_argument("--rss-limit-mb", type=int, default=2048)
     ap.add_argument("--work-dir", default="", help="working corpus and artifacts (a temp dir)")
     ap.add_argument("--keep", action="store_true", help="keep the temp work dir")
