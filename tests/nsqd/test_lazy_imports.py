@@ -48,24 +48,43 @@ async def main():
     opts = Options(tcp_address="127.0.0.1:0", http_address="127.0.0.1:0",
                    data_path=tempfile.mkdtemp())
     async with NSQD(opts) as nsqd:
+        unused = sorted(sys.modules)
         r, w = await asyncio.open_connection("127.0.0.1", nsqd.tcp_port)
         w.write(b"  V2" + b"PUB t\n" + struct.pack(">i", 5) + b"hello")
         await w.drain()
         frame = await r.readexactly(10)
         w.close()
-        print(json.dumps({"ok": frame[-2:] == b"OK", "modules": sorted(sys.modules)}))
+        print(json.dumps({"ok": frame[-2:] == b"OK", "modules": sorted(sys.modules), "unused": unused,
+                          "topics": sorted(nsqd.topics)}))
 
 asyncio.run(main())
 """
 
 
-def test_an_idle_daemon_loads_no_http_tls_compression_or_metrics_modules(tmp_path):
+def run_idle_script() -> dict:
     out = subprocess.run(
         [sys.executable, "-c", IDLE_SCRIPT], capture_output=True, text=True, timeout=60, check=True
     )
-    doc = json.loads(out.stdout.strip().splitlines()[-1])
+    doc: dict = json.loads(out.stdout.strip().splitlines()[-1])
+    return doc
+
+
+def test_an_idle_daemon_loads_no_http_tls_compression_or_metrics_modules(tmp_path):
+    doc = run_idle_script()
     assert doc["ok"]
     loaded = set(doc["modules"])
     for name in ("aiohttp", "nsqpy.nsqd.http", "nsqpy.transport", "OpenSSL", "cramjam",
                  "prometheus_client", "hashlib", "urllib.parse"):
         assert name not in loaded, f"{name} loaded by an idle nsqd"
+
+
+def test_topics_and_the_tcp_protocol_load_with_the_first_topic_and_connection(tmp_path):
+    doc = run_idle_script()
+    unused, loaded = set(doc["unused"]), set(doc["modules"])
+    lazy = ("nsqpy.nsqd.protocol_v2", "nsqpy.nsqd.client_v2", "nsqpy.nsqd.topic",
+            "nsqpy.nsqd.channel", "nsqpy.nsqd.diskqueue")
+    for name in lazy:
+        assert name not in unused, f"{name} loaded by an nsqd with no topic and no client"
+    # ... and the first connection's PUB created the topic and was answered OK
+    assert doc["ok"] and doc["topics"] == ["t"]
+    assert loaded.issuperset(lazy)

@@ -30,20 +30,23 @@ from ..protocol.frames import MESSAGE_HEADER_SIZE
 from ..protocol.names import is_ephemeral, is_valid_topic_name
 from .auth import AuthClient
 from .backend import BackendQueue, NullBackend
-from .diskqueue import DiskQueue
 from .guid import GUIDFactory
 from .lookup import LookupPeers, register, unregister
 from .fileio import write_file_atomic
 from .metadata import DataPathLock, encode_metadata, metadata_path, read_metadata
 from .options import Options
 from .stats import install_gc_tracker
-from .client_v2 import ClientV2
-from .protocol_v2 import ProtocolV2
 from .syncer import Syncer
-from .topic import Topic
 
 if TYPE_CHECKING:
     import aiohttp
+
+    from .client_v2 import ClientV2
+    from .protocol_v2 import ProtocolV2
+    from .topic import Topic
+
+# Topics (with their channels and disk queues) and the TCP protocol are imported with the
+# first topic and the first connection: a daemon nobody uses yet stays small (idle RSS).
 
 #: A stored message's bytes beyond its body: timestamp, attempts and id.
 MESSAGE_OVERHEAD = MESSAGE_HEADER_SIZE - 4
@@ -271,7 +274,7 @@ class NSQD:
         loop = self.loop
         self._tcp_sock = _listen_socket(opts.tcp_address)
         self._tcp_server = await loop.create_server(
-            lambda: ProtocolV2(self), sock=self._tcp_sock, backlog=LISTEN_BACKLOG
+            self._new_connection, sock=self._tcp_sock, backlog=LISTEN_BACKLOG
         )
         self.tcp_address = self._bound(self._tcp_sock)
         log.info("TCP: listening on %s", self._fmt(self.tcp_address))
@@ -288,6 +291,11 @@ class NSQD:
             self.http_address = self._bound(self._http_sock)
             log.info("HTTP: listening on %s", self._fmt(self.http_address))
         self._scan_task = loop.create_task(self._queue_scan_loop())
+
+    def _new_connection(self) -> ProtocolV2:
+        from .protocol_v2 import ProtocolV2
+
+        return ProtocolV2(self)
 
     @staticmethod
     def _bound(sock: socket.socket) -> tuple[str, int] | str:
@@ -445,6 +453,8 @@ class NSQD:
         if topic is None:
             if not is_valid_topic_name(name):
                 raise ValueError(f"invalid topic name {name!r}")
+            from .topic import Topic
+
             topic = self.topics[name] = Topic(name, self)
             log.info("TOPIC(%s): created", name)
             if not self._loading:
@@ -532,6 +542,8 @@ class NSQD:
         tells the Syncer of its writes, or a NullBackend for ephemeral ones."""
         if is_ephemeral(name.rpartition(":")[2]) or is_ephemeral(name.partition(":")[0]):
             return NullBackend(name)
+        from .diskqueue import DiskQueue
+
         opts = self.options
         return DiskQueue(
             name,
