@@ -321,6 +321,11 @@ class FlagSet(Generic[T]):
         ``-f`` or ``-f=value``; parsing stops at the first non-flag word or ``--``. A flag
         given on the command line beats the config file, which beats the default.
         """
+        return self.parse_known(argv)[0]
+
+    def parse_known(self, argv: Sequence[str]) -> tuple[T, list[str]]:
+        """:meth:`parse`, and the words after the flags (Go's ``flag.Args()``: from the
+        first non-flag word on, or after ``--``)."""
         opts = self.make_options()
         line = _CommandLine()
         seen: set[str] = set()
@@ -334,6 +339,7 @@ class FlagSet(Generic[T]):
             if word[1] == "-":
                 dashes = 2
                 if len(word) == 2:
+                    i += 1  # "--" ends the flags and is not an argument
                     break
             name = word[dashes:]
             if not name or name[0] in "-=":
@@ -381,7 +387,7 @@ class FlagSet(Generic[T]):
         for attr, val in (*from_config.items(), *line.values.items()):
             setattr(opts, attr, val)
         opts.explicit = seen | set(from_config)  # type: ignore[attr-defined]
-        return opts
+        return opts, args[i:]
 
     @staticmethod
     def _set(spec: Flag, value: str, line: _CommandLine, opts: Any) -> None:

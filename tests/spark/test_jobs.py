@@ -15,8 +15,16 @@ from pathlib import Path
 import pytest
 
 from nsqpy.goflags import HelpRequested, OptionsError
-from nsqpy.spark import jobs
-from nsqpy.spark.jobs import JobOptions, parse_args, validate
+from nsqpy.spark import SOURCE_COLUMNS, jobs
+from nsqpy.spark.jobs import output, runner, transforms
+from nsqpy.spark.jobs.options import (
+    JobOptions,
+    parse_args,
+    sink_options,
+    source_options,
+    uses_json,
+    validate,
+)
 
 UTC = dt.timezone.utc
 SCHEMA = (
@@ -41,10 +49,12 @@ SRC = ("--topic=t", "--nsqd-tcp-address=127.0.0.1:4150")
 
 
 def test_source_schema_matches_the_format() -> None:
-    from nsqpy.spark import SOURCE_COLUMNS, SOURCE_SCHEMA
+    from nsqpy.spark import SOURCE_SCHEMA
+    from nsqpy.spark.spool import ARROW_SCHEMA
 
-    assert jobs.SOURCE_COLUMNS == SOURCE_COLUMNS
     assert SCHEMA == SOURCE_SCHEMA
+    assert tuple(f.split()[0] for f in SOURCE_SCHEMA.split(", ")) == SOURCE_COLUMNS
+    assert tuple(ARROW_SCHEMA.names) == SOURCE_COLUMNS
 
 
 def test_go_style_flags_and_defaults(tmp_path: Path) -> None:
@@ -77,8 +87,8 @@ def test_republish_defaults_like_nsq_to_nsq() -> None:
     assert opts.destination_topic == "t"
     assert opts.whitelist_json_fields == ["a", "b"]
     assert (opts.checkpoint_dir, opts.spool_dir, opts.reject_dir) == ("/x/ck", "/x/ck/spool", "/x/ck/rejects")
-    assert jobs.uses_json(opts)
-    assert not jobs.uses_json(parsed("republish", *SRC, "--destination-nsqd-tcp-address=a:1",
+    assert uses_json(opts)
+    assert not uses_json(parsed("republish", *SRC, "--destination-nsqd-tcp-address=a:1",
                                      "--destination-topic=u", "--require-json-value=x"))
 
 
@@ -86,14 +96,14 @@ def test_source_options() -> None:
     opts = parsed("archive", "--topic=t", "--channel=c#ephemeral", "--nsqd-tcp-address=a:1,b:2",
                   "--output-dir=/o", "--max-records-per-batch=500", "--msg-timeout=2m",
                   "--spool-dir=/s", "--checkpoint-dir=/ck")
-    assert jobs.source_options(opts) == {
+    assert source_options(opts) == {
         "topic": "t", "channel": "c#ephemeral", "spoolPath": "/s", "maxInFlight": "2500",
         "nsqdTcpAddresses": "a:1,b:2", "maxRecordsPerBatch": "500", "msgTimeoutMs": "120000",
     }
     default = parsed("archive", "--topic=t", "--channel=c#ephemeral", "--lookupd-http-address=l:1",
                      "--output-dir=/o")
     assert default.checkpoint_dir.endswith("/nsq_spark-checkpoint/archive/t/c_ephemeral")
-    assert jobs.source_options(default)["nsqlookupdHttpAddresses"] == "l:1"
+    assert source_options(default)["nsqlookupdHttpAddresses"] == "l:1"
 
 
 def test_consumer_and_producer_opts_map_go_nsq_names(tmp_path: Path) -> None:
@@ -104,18 +114,18 @@ def test_consumer_and_producer_opts_map_go_nsq_names(tmp_path: Path) -> None:
                   "--consumer-opt=snappy", "--consumer-opt=max_in_flight,100",
                   "--consumer-opt=msg_timeout,30s", "--msg-timeout=1m",
                   "--producer-opt", "deflate,true", "--producer-opt=user_agent,me/1")
-    src = jobs.source_options(opts)
+    src = source_options(opts)
     assert {k: src[k] for k in ("tls", "authSecret", "snappy", "maxInFlight", "msgTimeoutMs")} == {
         "tls": "true", "authSecret": "s,e=cret", "snappy": "true",
         "maxInFlight": "100",  # --max-in-flight not given: the go-nsq option applies
         "msgTimeoutMs": "60000",  # --msg-timeout given: it wins
     }
-    assert jobs.sink_options(opts) == {
+    assert sink_options(opts) == {
         "topic": "u", "nsqdTcpAddresses": "d:1", "deflate": "true", "userAgent": "me/1",
     }
     flag_wins = parsed("archive", *SRC, "--output-dir=o", "--max-in-flight=7",
                        "--consumer-opt=max_in_flight,100")
-    assert jobs.source_options(flag_wins)["maxInFlight"] == "7"
+    assert source_options(flag_wins)["maxInFlight"] == "7"
     for argv, message in [
         (["--consumer-opt=max_attempts,3"],
          "--consumer-opt 'max_attempts': not an option nsq_spark supports"),
@@ -217,6 +227,34 @@ def test_help_and_version(capsys: pytest.CaptureFixture[str]) -> None:
     assert capsys.readouterr().err == "nsq_spark: --nsqd-tcp-address or --lookupd-http-address required\n"
 
 
+def _flags_in(usage: str) -> set[str]:
+    return {line.split()[0].lstrip("-") for line in usage.splitlines() if line.startswith("  -")}
+
+
+def test_each_jobs_help_lists_its_own_flags_only() -> None:
+    common = {
+        "version", "topic", "channel", "lookupd-http-address", "nsqd-tcp-address", "max-in-flight",
+        "max-records-per-batch", "msg-timeout", "checkpoint-dir", "spool-dir", "master",
+        "spark-conf", "available-now", "trigger-interval", "consumer-opt",
+    }
+    publishing = {"destination-topic", "destination-nsqd-tcp-address", "producer-opt", "reject-dir"}
+    own = {
+        "archive": {"output-dir"},
+        "aggregate": {"group-by", "window", "watermark", "time-field", "output-dir", *publishing},
+        "republish": {"require-json-field", "require-json-value", "whitelist-json-field", *publishing},
+    }
+    for job, flags in own.items():
+        with pytest.raises(HelpRequested) as h:
+            parse_args([job, "--help"])
+        assert _flags_in(h.value.usage) == common | flags, job
+        opts = parse_args([job, "--topic=t"])
+        assert opts.job == job and type(opts).__name__ == job.capitalize() + "Options"
+    # "--" ends the flags; what follows is an argument, which no job takes
+    with pytest.raises(OptionsError, match="unexpected argument: --topic=u"):
+        parse_args(["archive", "--topic=t", "--", "--topic=u"])
+    assert parse_args(["archive", "--topic=t", "--"]).topic == "t"
+
+
 def test_query_failure_is_one_line() -> None:
     text = (
         "[STREAM_FAILED] Query [id = 0e] terminated with exception: [FOREACH_BATCH_USER_FUNCTION_ERROR]"
@@ -226,10 +264,10 @@ def test_query_failure_is_one_line() -> None:
         "ConnectionError: nsq sink: publishing to ['127.0.0.1:1'] failed: [Errno 111] Connection refused\n"
         "\t... 34 more"
     )
-    assert jobs._short_error(RuntimeError(text)) == (
+    assert runner.short_error(RuntimeError(text)) == (
         "ConnectionError: nsq sink: publishing to ['127.0.0.1:1'] failed: [Errno 111] Connection refused"
     )
-    assert jobs._short_error(RuntimeError("plain failure\nmore")) == "plain failure"
+    assert runner.short_error(RuntimeError("plain failure\nmore")) == "plain failure"
 
 
 def test_query_failure_names_the_java_cause() -> None:
@@ -245,7 +283,7 @@ def test_query_failure_names_the_java_cause() -> None:
         "Caused by: py4j.Py4JException: An exception was raised by the Python Proxy.\n"
         " SQLSTATE: 39000 SQLSTATE: XXKST\n=== Streaming Query ===\n"
     )
-    assert jobs._short_error(RuntimeError(text)) == (
+    assert runner.short_error(RuntimeError(text)) == (
         "ParentNotDirectoryException: Parent path is not a directory: file:/o/f"
     )
 
@@ -294,7 +332,7 @@ def test_aggregate_counts_per_window_and_key(utc_spark) -> None:
         j({"user": "a", "ts": True}),
         j({"user": "a", "ts": "1704164470"}),  # a numeric string is not RFC 3339
     ]
-    counts, rejects = jobs.aggregate_frames(
+    counts, rejects = transforms.aggregate_frames(
         frame(utc_spark, bodies), ["user", "page"], window=60.0, watermark=60.0, time_field="ts"
     )
     assert counts.columns == ["window_start", "window_end", "user", "page", "count"]
@@ -305,7 +343,7 @@ def test_aggregate_counts_per_window_and_key(utc_spark) -> None:
         (utc(2024, 1, 2, 3, 0), utc(2024, 1, 2, 3, 1), "1", None, 1),
         (utc(2024, 1, 2, 3, 1), utc(2024, 1, 2, 3, 2), "b", "x", 3),
     ], key=str)
-    assert rejects.columns == [*jobs.SOURCE_COLUMNS, "error"]
+    assert rejects.columns == [*SOURCE_COLUMNS, "error"]
     rej = {r["body"]: r["error"] for r in rejects.collect()}
     bad_time = 'missing or invalid time field "ts"'
     assert rej == {
@@ -321,12 +359,12 @@ def test_aggregate_counts_per_window_and_key(utc_spark) -> None:
 def test_aggregate_by_message_timestamp_without_group_by(utc_spark) -> None:
     # 150 messages, one every 2 s from 03:00:00: 30 per minute over 5 minutes
     bodies = [b"{}" if i % 10 else b'{"deep": {"a": [1]}}' for i in range(150)]
-    counts, rejects = jobs.aggregate_frames(frame(utc_spark, bodies, step=2.0), [], 60.0, 60.0)
+    counts, rejects = transforms.aggregate_frames(frame(utc_spark, bodies, step=2.0), [], 60.0, 60.0)
     got = sorted((r["window_start"].minute, r["count"]) for r in counts.collect())
     assert got == [(0, 30), (1, 30), (2, 30), (3, 30), (4, 30)]
     assert rejects.count() == 0
     # group-by values: strings as is, other JSON values as their JSON text
-    counts, _ = jobs.aggregate_frames(
+    counts, _ = transforms.aggregate_frames(
         frame(utc_spark, [j({"k": {"b": 1, "a": [True, None]}}), j({"k": 1.5}), j({"k": False})]),
         ["k"], 3600.0, 0.0,
     )
@@ -334,10 +372,10 @@ def test_aggregate_by_message_timestamp_without_group_by(utc_spark) -> None:
 
 
 def test_aggregate_json_lines(utc_spark) -> None:
-    counts, _ = jobs.aggregate_frames(
+    counts, _ = transforms.aggregate_frames(
         frame(utc_spark, [j({"u": "a"}), j({"u": "a"}), j({"v": 1})]), ["u"], 60.0, 60.0
     )
-    lines = [r["body"] for r in jobs.aggregate_json_lines(counts).collect()]
+    lines = [r["body"] for r in transforms.aggregate_json_lines(counts).collect()]
     assert sorted(lines) == [
         b'{"window_start":"2024-01-02T03:00:00.000Z","window_end":"2024-01-02T03:01:00.000Z",'
         b'"u":"a","count":2}',
@@ -353,15 +391,15 @@ def test_aggregate_json_lines(utc_spark) -> None:
 
 
 def test_aggregate_group_by_names_are_not_syntax(utc_spark, tmp_path: Path) -> None:
-    counts, _ = jobs.aggregate_frames(
+    counts, _ = transforms.aggregate_frames(
         frame(utc_spark, [j({"a.b": 1, "x y": "v", "q`": None})] * 2), ["a.b", "x y", "q`"], 60.0, 60.0
     )
     assert counts.columns == ["window_start", "window_end", "a.b", "x y", "q`", "count"]
-    line = jobs.aggregate_json_lines(counts).collect()[0]["body"]
+    line = transforms.aggregate_json_lines(counts).collect()[0]["body"]
     assert json.loads(line) == {"window_start": "2024-01-02T03:00:00.000Z",
                                 "window_end": "2024-01-02T03:01:00.000Z",
                                 "a.b": "1", "x y": "v", "q`": None, "count": 2}
-    jobs.BatchFiles(utc_spark, "r").write(counts, str(tmp_path / "o"), 0)
+    output.BatchFiles(utc_spark, "r").write(counts, str(tmp_path / "o"), 0)
     import pyarrow.dataset as ds
 
     back = ds.dataset(str(tmp_path / "o"), format="parquet").to_table()
@@ -369,7 +407,7 @@ def test_aggregate_group_by_names_are_not_syntax(utc_spark, tmp_path: Path) -> N
 
 
 def republish(spark, bodies: list[bytes], **flags):
-    out = jobs.republish_frame(frame(spark, bodies), **flags).orderBy("id").collect()
+    out = transforms.republish_frame(frame(spark, bodies), **flags).orderBy("id").collect()
     return [(r["outcome"], r["out_body"], r["error"]) for r in out]
 
 
@@ -426,21 +464,21 @@ def test_republish_whitelist_is_gos_json_marshal(utc_spark) -> None:
 
 def test_archive_frame_partitions_by_utc_date_and_hour(utc_spark) -> None:
     df = frame(utc_spark, [b"a", b"b"], start=dt.datetime(2024, 1, 2, 23, 59, 59, tzinfo=UTC))
-    rows = jobs.archive_frame(df).collect()
+    rows = transforms.archive_frame(df).collect()
     assert [(r["date"], r["hour"]) for r in rows] == [("2024-01-02", "23"), ("2024-01-03", "00")]
     # same strings as date_format(yyyy-MM-dd / HH) across the day and around leap days
     when = [dt.datetime(2024, 2, 29, h, 30, tzinfo=UTC) for h in (0, 9, 10, 23)]
     when += [dt.datetime(1999, 12, 31, 23, 59, 59, 999999, tzinfo=UTC), dt.datetime(2100, 3, 1, tzinfo=UTC)]
     for t in when:
-        (r,) = jobs.archive_frame(frame(utc_spark, [b"x"], start=t)).collect()
+        (r,) = transforms.archive_frame(frame(utc_spark, [b"x"], start=t)).collect()
         assert (r["date"], r["hour"]) == (f"{t:%Y-%m-%d}", f"{t:%H}"), t
-    assert jobs.archive_frame(df).columns == [*jobs.SOURCE_COLUMNS, "date", "hour"]
+    assert transforms.archive_frame(df).columns == [*SOURCE_COLUMNS, "date", "hour"]
 
 
 def test_batch_files_replace_their_own_batch(utc_spark, tmp_path: Path) -> None:
-    files = jobs.BatchFiles(utc_spark, "run1")
+    files = output.BatchFiles(utc_spark, "run1")
     out = str(tmp_path / "out")
-    df = jobs.archive_frame(frame(utc_spark, [b"a", b"b", b"c"], step=3600.0))
+    df = transforms.archive_frame(frame(utc_spark, [b"a", b"b", b"c"], step=3600.0))
     assert files.write(df, out, 7, ("topic", "date", "hour")) >= 3
     files.write(df.limit(1), out, 7, ("topic", "date", "hour"))  # the batch re-runs: replaced
     files.write(df.where("body = X'63'"), out, 8, ("topic", "date", "hour"))
@@ -455,14 +493,14 @@ def test_batch_files_replace_their_own_batch(utc_spark, tmp_path: Path) -> None:
 
 
 def test_checkpoint_belongs_to_one_job(utc_spark, tmp_path: Path) -> None:
-    files = jobs.BatchFiles(utc_spark, "")
+    files = output.BatchFiles(utc_spark, "")
     ck = str(tmp_path / "ck")
     a = parsed("aggregate", *SRC, "--output-dir=o", f"--checkpoint-dir={ck}", "--group-by=u")
-    run_id = jobs.claim_checkpoint(files, a)
-    assert len(run_id) == 8 and jobs.claim_checkpoint(files, a) == run_id
+    run_id = output.claim_checkpoint(files, a)
+    assert len(run_id) == 8 and output.claim_checkpoint(files, a) == run_id
     b = parsed("aggregate", *SRC, "--output-dir=o", f"--checkpoint-dir={ck}", "--group-by=v")
     with pytest.raises(OptionsError, match="belongs to another job"):
-        jobs.claim_checkpoint(files, b)
+        output.claim_checkpoint(files, b)
 
 
 @pytest.mark.timeout(180)
@@ -474,7 +512,7 @@ def test_batch_gate_stops_the_query_between_batches(spark, tmp_path: Path, caplo
 
     from spark.conftest import wait_for
 
-    gate = jobs.BatchGate()
+    gate = runner.BatchGate()
     callbacks = logging.getLogger("py4j.clientserver")
     callbacks.addFilter(gate.filter)
     started, release = threading.Event(), threading.Event()
