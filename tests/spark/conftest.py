@@ -8,7 +8,13 @@ import by name (``from conftest import make_options``).
 
 from __future__ import annotations
 
+import json
+import os
+import signal
+import subprocess
+import sys
 import time
+import urllib.request
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -19,7 +25,7 @@ pytest.importorskip("pyspark")
 pytest.importorskip("pyarrow")
 
 from e2e.proc import NsqdProcess, NsqlookupdProcess  # noqa: E402
-from support import find_stats, nsqd_stats, read_bodies, wait_until  # noqa: E402
+from support import find_stats, free_port, nsqd_stats, read_bodies, wait_until  # noqa: E402
 
 from nsqpy.client.sync import SyncProducer  # noqa: E402
 
@@ -192,3 +198,100 @@ def secure_nsqd(
 def secure_options(pki: Any, secret: str = SECRET, **extra: str) -> dict[str, str]:
     """The ``nsq`` source/sink options for :func:`secure_nsqd`."""
     return {"tls": "true", "tlsRootCaFile": pki.ca_cert, "authSecret": secret, **extra}
+
+
+# --- a Spark standalone cluster -----------------------------------------------------------------
+
+
+class SparkCluster:
+    """A standalone master and two workers (one core each), each its own JVM started with the
+    installed pyspark's ``bin/spark-class`` on 127.0.0.1. The workers run with a SPARK_HOME
+    without pyspark's zip (symbolic links to the real one), so that their executors' Python
+    workers import the installed, compiled pyspark (as ``make_session`` arranges locally)."""
+
+    WORKERS = 2
+
+    def __init__(self, base: Path) -> None:
+        self.base = base
+        self.procs: list[subprocess.Popen[bytes]] = []
+        self.port = free_port()
+        self.ui_port = free_port()
+        self.url = f"spark://127.0.0.1:{self.port}"
+        self.worker_dirs = [base / f"worker{i}" for i in range(self.WORKERS)]
+
+    def _start(self, name: str, env: dict[str, str], *args: str) -> None:
+        from pyspark.find_spark_home import _find_spark_home
+
+        spark_class = os.path.join(_find_spark_home(), "bin", "spark-class")
+        with open(self.base / f"{name}.log", "wb") as log:
+            self.procs.append(subprocess.Popen(
+                [spark_class, *args], env=env, stdin=subprocess.DEVNULL, stdout=log,
+                stderr=subprocess.STDOUT, start_new_session=True,
+            ))
+
+    def start(self) -> SparkCluster:
+        from pyspark.find_spark_home import _find_spark_home
+
+        from nsqpy.spark.session import spark_home_without_zips
+
+        home = _find_spark_home()
+        env = {**os.environ, "SPARK_HOME": home, "SPARK_LOCAL_IP": "127.0.0.1",
+               "SPARK_NO_DAEMONIZE": "1", "PYSPARK_PYTHON": sys.executable}
+        self._start("master", env, "org.apache.spark.deploy.master.Master", "--host", "127.0.0.1",
+                    "--port", str(self.port), "--webui-port", str(self.ui_port))
+        worker_home = spark_home_without_zips(home, str(self.base)) or home
+        for i, work in enumerate(self.worker_dirs):
+            work.mkdir()
+            self._start(f"worker{i}", {**env, "SPARK_HOME": worker_home},
+                        "org.apache.spark.deploy.worker.Worker", "--host", "127.0.0.1",
+                        "--cores", "1", "--memory", "2g", "--webui-port", str(free_port()),
+                        "--work-dir", str(work), self.url)
+        wait_until(lambda: self.alive_workers() == self.WORKERS or self.dead(), 120,
+                   "the master and both workers", interval=0.2)
+        assert not self.dead(), self.describe()
+        return self
+
+    def state(self) -> dict[str, Any]:
+        try:
+            with urllib.request.urlopen(f"http://127.0.0.1:{self.ui_port}/json/", timeout=5) as r:
+                doc: dict[str, Any] = json.loads(r.read())
+                return doc
+        except OSError:
+            return {}
+
+    def alive_workers(self) -> int:
+        return sum(w.get("state") == "ALIVE" for w in self.state().get("workers", []))
+
+    def dead(self) -> bool:
+        return any(p.poll() is not None for p in self.procs)
+
+    def executor_dirs(self, app_name: str) -> list[Path]:
+        """The executors' work directories of the applications named ``app_name`` (one per
+        worker that ran an executor for it)."""
+        ids = {a["id"] for a in self.state().get("completedapps", []) + self.state().get("activeapps", [])
+               if a.get("name") == app_name}
+        return [d for w in self.worker_dirs for d in w.iterdir() if d.name in ids]
+
+    def describe(self) -> str:
+        return "\n".join(f"--- {p.name}:\n{p.read_text(errors='replace')[-3000:]}"
+                         for p in sorted(self.base.glob("*.log")))
+
+    def stop(self) -> None:
+        for p in reversed(self.procs):
+            if p.poll() is None:
+                os.killpg(p.pid, signal.SIGTERM)
+        for p in self.procs:
+            try:
+                p.wait(20)
+            except subprocess.TimeoutExpired:
+                os.killpg(p.pid, signal.SIGKILL)
+                p.wait(10)
+
+
+@pytest.fixture(scope="session")
+def spark_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SparkCluster]:
+    cluster = SparkCluster(tmp_path_factory.mktemp("spark-cluster"))
+    try:
+        yield cluster.start()
+    finally:
+        cluster.stop()

@@ -25,7 +25,8 @@ from nsqpy.spark.burst import Burst, BurstReader
 from nsqpy.spark.connopts import ConnectionOptions, from_go_options
 from nsqpy.spark.nsqconn import BlockingConnection
 from nsqpy.spark.sink import SinkOptions, publish_batches
-from nsqpy.spark.source import SourceOptions, _Consumer, _Runtime
+from nsqpy.spark.consumer import Consumer, Runtime
+from nsqpy.spark.source import SourceOptions
 from nsqpy.spark.spool import list_chunks, read_chunk
 
 from .conftest import SECRET, secure_options, stats
@@ -134,13 +135,13 @@ def test_go_option_names_map_onto_the_data_source_options(pki: Any) -> None:
 
 
 @pytest.fixture
-def fake(tmp_path: Path) -> Iterator[tuple[_Consumer, socket.socket]]:
+def fake(tmp_path: Path) -> Iterator[tuple[Consumer, socket.socket]]:
     """A source connection thread's state, connected (IDENTIFY answered, subscribed) to a
     fake nsqd: the other end of a socket pair, which the test writes nsqd's bytes to."""
     opts = SourceOptions.parse({"topic": "t", "nsqdTcpAddresses": "127.0.0.1:4150",
                                 "spoolPath": str(tmp_path)})
-    rt = _Runtime(opts, 0, False)
-    c = _Consumer(rt, "127.0.0.1:4150", None)
+    rt = Runtime(opts, 0, False)
+    c = Consumer(rt, "127.0.0.1:4150", None)
     mine, peer = socket.socketpair()
     c.conn = BlockingConnection("127.0.0.1:4150", opts.conn.identify(), sock=mine)
     peer.sendall(_frame(FRAME_TYPE_RESPONSE, json.dumps({"max_rdy_count": 2500}).encode()))
@@ -159,7 +160,7 @@ def fake(tmp_path: Path) -> Iterator[tuple[_Consumer, socket.socket]]:
         peer.close()
 
 
-def test_a_body_saying_close_wait_does_not_end_the_close_wait(fake: tuple[_Consumer, socket.socket]) -> None:
+def test_a_body_saying_close_wait_does_not_end_the_close_wait(fake: tuple[Consumer, socket.socket]) -> None:
     c, nsqd = fake
     nsqd.sendall(_message(1, b"status: CLOSE_WAIT") + _message(2, b"CLOSE_WAIT"))
     t0 = time.monotonic()
@@ -169,7 +170,7 @@ def test_a_body_saying_close_wait_does_not_end_the_close_wait(fake: tuple[_Consu
     assert len(c._burst) == 2  # the messages were read as messages (and are not FIN'd)
 
 
-def test_the_answer_to_cls_ends_the_close_wait(fake: tuple[_Consumer, socket.socket]) -> None:
+def test_the_answer_to_cls_ends_the_close_wait(fake: tuple[Consumer, socket.socket]) -> None:
     c, nsqd = fake
     nsqd.sendall(
         _message(1, b"CLOSE_WAIT") + _frame(FRAME_TYPE_RESPONSE, b"_heartbeat_")
@@ -183,7 +184,7 @@ def test_the_answer_to_cls_ends_the_close_wait(fake: tuple[_Consumer, socket.soc
 
 
 def test_heartbeats_and_errors_among_messages_go_through_the_protocol(
-    fake: tuple[_Consumer, socket.socket], caplog: pytest.LogCaptureFixture
+    fake: tuple[Consumer, socket.socket], caplog: pytest.LogCaptureFixture
 ) -> None:
     c, nsqd = fake
     assert c.conn is not None
@@ -256,7 +257,7 @@ def test_lookup_sends_the_bearer_token_and_reads_broadcast_addresses(tmp_path: P
         addr = f"127.0.0.1:{server.server_address[1]}"
         opts = SourceOptions.parse({"topic": "t#ephemeral", "nsqlookupdHttpAddresses": addr,
                                     "spoolPath": str(tmp_path), "authSecret": SECRET})
-        assert _Runtime(opts, 0, False).lookup() == {"10.0.0.1:4150": "10.0.0.1:4151"}
+        assert Runtime(opts, 0, False).lookup() == {"10.0.0.1:4150": "10.0.0.1:4151"}
         assert seen == [{"path": "/lookup?topic=t%23ephemeral", "auth": f"Bearer {SECRET}"}]
     finally:
         server.shutdown()
@@ -279,7 +280,7 @@ def _drain(opts: SourceOptions) -> list[bytes]:
     """Run the source's threads (availableNow) until drained; the spooled bodies."""
     from pyspark.sql.streaming.datasource import ReadAllAvailable
 
-    rt = _Runtime(opts, 0, True)
+    rt = Runtime(opts, 0, True)
     try:
         rt.start()
         end = 0
@@ -325,7 +326,7 @@ def test_refusals_fail_the_source_and_the_sink_and_the_secret_stays_out_of_logs(
                                                 "certificate verify failed"),
     ]
     for conn, message in cases:
-        rt = _Runtime(SourceOptions.parse({**base, **conn}), 0, True)
+        rt = Runtime(SourceOptions.parse({**base, **conn}), 0, True)
         try:
             rt.start()
             with pytest.raises(RuntimeError) as info:

@@ -10,7 +10,7 @@ from typing import Any
 import pyarrow as pa
 import pytest
 
-from nsqpy.spark import jobs
+from nsqpy.spark.jobs import options, runner
 from nsqpy.spark.sink import SinkOptions, publish_batches
 
 from .conftest import SECRET, secure_options, stats, wait_for
@@ -95,7 +95,7 @@ def test_a_wrong_secret_fails_the_query_and_the_write_with_a_one_line_cause(
             raise AssertionError("the query ran with a wrong secret")
     finally:
         q.stop()
-    assert jobs._short_error(info.value) == (
+    assert runner.short_error(info.value) == (
         f"RuntimeError: nsq source: nsqd {addr} refused the subscription: E_AUTH_FAILED AUTH failed"
     )
     assert wrong not in str(info.value)
@@ -105,7 +105,7 @@ def test_a_wrong_secret_fails_the_query_and_the_write_with_a_one_line_cause(
             spark.createDataFrame([(b"x",)], "body BINARY").write.format("nsq").mode("append")
             .option("topic", unique_topic).option("nsqdTcpAddresses", addr).options(**conn).save()
         )
-    assert jobs._short_error(info.value) == (
+    assert runner.short_error(info.value) == (
         f"RuntimeError: nsq sink: nsqd {addr} refused the connection: E_AUTH_FAILED AUTH failed"
     )
     assert wrong not in str(info.value)
@@ -120,16 +120,17 @@ def test_republish_with_consumer_and_producer_opts(
     _publish(secure_nsqd, unique_topic, bodies, **secure_options(pki))
     dest = f"{unique_topic}_out"
     go = ["tls_v1,true", f"tls_root_ca_file,{pki.ca_cert}", f"auth_secret,{SECRET}"]
-    opts = jobs.parse_args([
+    opts = options.parse_args([
         "republish", f"--topic={unique_topic}", f"--nsqd-tcp-address={secure_nsqd.tcp_address}",
         f"--destination-topic={dest}", f"--destination-nsqd-tcp-address={secure_nsqd.tcp_address}",
         f"--checkpoint-dir={tmp_path / 'ck'}", "--available-now",
         *[f"--consumer-opt={o}" for o in [*go, "snappy"]],
         *[f"--producer-opt={o}" for o in [*go, "deflate,true", "deflate_level,2"]],
     ])
-    jobs.validate(opts)
-    assert jobs.sink_options(opts)["deflateLevel"] == "2" and jobs.source_options(opts)["snappy"] == "true"
-    assert jobs._run_query(spark, opts, jobs._Stop()) == 0
+    options.validate(opts)
+    assert options.sink_options(opts)["deflateLevel"] == "2"
+    assert options.source_options(opts)["snappy"] == "true"
+    assert runner.run_query(spark, opts, runner.Stop()) == 0
     out = capsys.readouterr()
     assert f"nsq_spark republish: rows in {len(bodies)}, rows out {len(bodies)}" in out.out, out
     assert SECRET not in out.out + out.err

@@ -299,10 +299,11 @@ def test_backpressure_stops_delivery_at_max_spool_rows(
         ch = stats(nsqd_server, unique_topic, "nsq_spark")
         assert ch is not None and ch["clients"][0]["ready_count"] == 0
         assert ch["depth"] > 0 and ch["in_flight_count"] == 0
-        # over the limit by at most the chunk that crossed it (25 rows: half the RDY window)
-        # and the messages in flight when RDY went to 0 (50), plus the first trigger's
-        # batch (<= 100 rows, planned but never committed)
-        assert 200 < held <= 200 + 25 + 50 + 100, held
+        # over the limit by at most the burst that crossed it (one read may bring the whole
+        # RDY window: 50) and the messages in flight when RDY went to 0 (50: the FIN of that
+        # burst freed the window before RDY 0 arrived), plus the first trigger's batch (<= 100
+        # rows, filled up to maxRecordsPerBatch, planned but never committed)
+        assert 200 < held <= 200 + 50 + 50 + 100, held
         assert _spooled_rows(spool) == held
     finally:
         q.stop()
@@ -393,7 +394,7 @@ def test_a_topic_nsqlookupd_does_not_know_is_reported_once(
     when the topic gets a producer."""
     import logging
 
-    from nsqpy.spark.source import _Runtime
+    from nsqpy.spark.consumer import Runtime
 
     lookupd, nsqds = lookupd_cluster
     topic = f"{unique_topic}_{int(available_now)}"
@@ -401,7 +402,7 @@ def test_a_topic_nsqlookupd_does_not_know_is_reported_once(
         "topic": topic, "nsqlookupdHttpAddresses": lookupd.http_address,
         "spoolPath": str(tmp_path / "spool"),
     })
-    rt = _Runtime(opts, 0, available_now)
+    rt = Runtime(opts, 0, available_now)
     caplog.set_level(logging.WARNING, "nsqpy.spark.source")
     assert rt.lookup() == {} and rt.lookup() == {}
     then = "nothing to read" if available_now else "asking again every 30s"
@@ -416,3 +417,129 @@ def test_a_topic_nsqlookupd_does_not_know_is_reported_once(
     assert [r.getMessage() for r in caplog.records] == [
         f"nsq source: nsqlookupd now knows 1 producer(s) of topic {topic!r}: {nsqds[0].tcp_address}"
     ]
+
+
+# --- exactly once: redeliveries of what was spooled (the source's threads, no Spark) --------
+
+
+def _runtime(topic: str, nsqd: Any, spool: Path, **extra: str) -> Any:
+    from nsqpy.spark.consumer import Runtime
+
+    opts = SourceOptions.parse({"topic": topic, "nsqdTcpAddresses": nsqd.tcp_address,
+                                "spoolPath": str(spool), "maxInFlight": "100", **extra})
+    rt = Runtime(opts, 0, available_now=False)
+    rt.start()
+    return rt
+
+
+def _die(rt: Any) -> None:
+    """The runtime's connections drop as if the driver died: no CLS, no goodbye."""
+    with rt.cond:
+        rt.stopping = True
+        rt.stop_event.set()
+    for c in list(rt.consumers.values()):
+        if c.conn is not None:
+            c.conn.sock.close()
+    for c in list(rt.consumers.values()):
+        c.join(5)
+
+
+def test_spooled_messages_nsqd_delivers_again_are_fin_d_not_spooled_again(
+    nsqd_server: Any, unique_topic: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The driver dies after spooling bursts but before nsqd processed their FINs: nsqd
+    delivers them again (attempts 2) to the next run, which FINs them without spooling them
+    again. Recognised from the chunk files still in the spool and, for chunks a commit
+    deleted, from the spool's record of recent ids."""
+    from nsqpy.spark import consumer
+
+    n = 600  # within one RDY window: nsqd keeps them in flight, unFIN'd
+    monkeypatch.setattr(consumer, "fin_command", lambda ids: b"")  # the FINs never leave
+    spool = tmp_path / "spool"
+    rt = _runtime(unique_topic, nsqd_server, spool, maxInFlight="1000")
+    try:
+        publish(nsqd_server, unique_topic, [b"m%05d" % i for i in range(n // 2)])
+        wait_for(lambda: rt.spool.rows_after(0) == n // 2, what="the first half spooled")
+        rt.committed(rt.spool.last_seq)  # a batch committed: its chunk files go
+        publish(nsqd_server, unique_topic, [b"m%05d" % i for i in range(n // 2, n)])
+        wait_for(lambda: rt.spool.rows_after(0) == n // 2, what="the second half spooled")
+    finally:
+        _die(rt)
+    last = rt.spool.last_seq
+    assert list_chunks(str(spool)) and len(list_chunks(str(spool))) < last  # both kinds
+    monkeypatch.undo()
+    rt = _runtime(unique_topic, nsqd_server, spool, maxInFlight="1000")
+    try:
+        wait_for(lambda: rt.spool.redelivered >= n, what="every redelivery recognised")
+
+        def drained() -> bool:
+            ch = stats(nsqd_server, unique_topic, "nsq_spark")
+            return ch is not None and ch["depth"] == 0 and ch["in_flight_count"] == 0
+
+        wait_for(drained, what="the redeliveries FIN'd")
+        assert rt.spool.last_seq == last, "a redelivered message was spooled again"
+        assert rt.spool.redelivered == n
+    finally:
+        rt.stop()
+
+
+def test_a_message_that_timed_out_while_spooled_is_not_spooled_twice(
+    nsqd_server: Any, unique_topic: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Spooling takes longer than the message timeout: nsqd answers the FIN with
+    E_FIN_FAILED and delivers the message again; the source remembers the id (durably)
+    and FINs the redelivery without spooling it again."""
+    from nsqpy.spark import consumer, spool as spool_mod
+
+    publish(nsqd_server, unique_topic, [b"slow-%d" % i for i in range(5)])
+    real_write = spool_mod.Spool.write
+    slow = {"left": 1}
+
+    def write(self: Any, batch: Any, address: Any = None, valid: Any = None) -> Any:
+        if slow["left"]:
+            slow["left"] -= 1
+            time.sleep(1.6)  # beyond the 1 s timeout; the freshness check is off below
+        return real_write(self, batch, address, valid)
+
+    monkeypatch.setattr(spool_mod.Spool, "write", write)
+    monkeypatch.setattr(consumer, "FRESH_FRACTION", 10.0)
+    rt = _runtime(unique_topic, nsqd_server, tmp_path / "spool", msgTimeoutMs="1000")
+    try:
+        wait_for(lambda: rt.spool.redelivered >= 5, timeout=30, what="the redeliveries recognised")
+
+        def drained() -> bool:
+            ch = stats(nsqd_server, unique_topic, "nsq_spark")
+            return ch is not None and ch["depth"] == 0 and ch["in_flight_count"] == 0
+
+        wait_for(drained, what="the redeliveries FIN'd")
+        assert rt.spool.rows_after(0) == 5 and rt.spool.redelivered == 5
+    finally:
+        rt.stop()
+    assert (tmp_path / "spool" / spool_mod.LEDGER).exists()
+
+
+def test_a_burst_older_than_half_its_timeout_is_requeued_not_spooled(
+    nsqd_server: Any, unique_topic: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The freshness check: a burst that waited too long is REQ'd (nsqd delivers it again
+    at once, to any consumer) instead of being spooled after its FIN could still count."""
+    from nsqpy.spark import consumer
+
+    publish(nsqd_server, unique_topic, [b"late-%d" % i for i in range(5)])
+    fresh = {"calls": 0}
+    real = consumer.Consumer._fresh
+
+    def first_stale(self: Any) -> bool:
+        fresh["calls"] += 1
+        return fresh["calls"] > 1 and real(self)
+
+    monkeypatch.setattr(consumer.Consumer, "_fresh", first_stale)
+    rt = _runtime(unique_topic, nsqd_server, tmp_path / "spool")
+    try:
+        wait_for(lambda: rt.spool.rows_after(0) >= 5, what="the messages spooled on their return")
+        chunks = list_chunks(str(tmp_path / "spool"))
+        rows = [r for c in chunks for b in read_chunk(c.path) for r in b.to_pylist()]
+        assert sorted(r["body"] for r in rows) == [b"late-%d" % i for i in range(5)]
+        assert {r["attempts"] for r in rows} == {2} and fresh["calls"] >= 2
+    finally:
+        rt.stop()

@@ -30,7 +30,7 @@ __all__ = ["SOURCE_SCHEMA", "SOURCE_COLUMNS", "NsqDataSource", "register"]
 class NsqDataSource(DataSource):
     """The ``nsq`` format. Read options: topic, channel, nsqlookupdHttpAddresses or
     nsqdTcpAddresses, spoolPath, maxRecordsPerBatch, maxInFlight, msgTimeoutMs,
-    maxSpoolRows, numPartitions (see :mod:`nsqpy.spark.source`). Write options: topic,
+    maxSpoolRows, numPartitions, batchFillWaitMs (see :mod:`nsqpy.spark.source`). Write options: topic,
     nsqdTcpAddresses, maxMsgSize, maxBodySize (see :mod:`nsqpy.spark.sink`). Both take the
     connection options of :mod:`nsqpy.spark.connopts` (tls, tlsRootCaFile, tlsCert, tlsKey,
     tlsInsecureSkipVerify, tlsMinVersion, snappy, deflate, deflateLevel, authSecret,

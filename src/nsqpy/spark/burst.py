@@ -48,18 +48,30 @@ class Burst:
 # Arrow scalars made once: a Python bytes argument is converted on every call, and that
 # conversion looks for the optional dateutil module each time (an import attempt: ~0.1 ms)
 _FIN = pa.scalar(b"FIN ", pa.binary())
+_REQ = pa.scalar(b"REQ ", pa.binary())
 _NL = pa.scalar(b"\n", pa.binary())
+_REQ_NOW = pa.scalar(b" 0\n", pa.binary())
 _NO_SEP = pa.scalar(b"", pa.binary())
 
 
-def fin_command(ids: pa.Array) -> bytes:
-    """``FIN <id>\n`` for every id, as one write."""
-    joined = pc.binary_join_element_wise(_FIN, ids.cast(pa.binary()), _NL, _NO_SEP)
+def _per_id(prefix: pa.Scalar, ids: pa.Array, suffix: pa.Scalar) -> bytes:
+    """``<prefix><id><suffix>`` for every id, as one write."""
+    joined = pc.binary_join_element_wise(prefix, ids.cast(pa.binary()), suffix, _NO_SEP)
     _, offsets, data = joined.buffers()
     first = struct.unpack_from("<i", offsets, 4 * joined.offset)[0]
     last = struct.unpack_from("<i", offsets, 4 * (joined.offset + len(joined)))[0]
     out: bytes = data.slice(first, last - first).to_pybytes()
     return out
+
+
+def fin_command(ids: pa.Array) -> bytes:
+    """``FIN <id>\n`` for every id, as one write."""
+    return _per_id(_FIN, ids, _NL)
+
+
+def req_command(ids: pa.Array) -> bytes:
+    """``REQ <id> 0\n`` for every id (back to the queue now), as one write."""
+    return _per_id(_REQ, ids, _REQ_NOW)
 
 
 class BurstReader:

@@ -217,6 +217,15 @@ def stop_jvm(timeout: float = 30.0) -> None:
         proc.wait()
 
 
+def _on_loopback(master: str) -> bool:
+    """Whether a standalone master URL (``spark://host:port[,host:port]``) is on loopback: the
+    driver then binds to 127.0.0.1 too (its executors are on this machine)."""
+    if not master.startswith("spark://"):
+        return False
+    hosts = [hp.rpartition(":")[0] for hp in master.removeprefix("spark://").split(",")]
+    return all(h in ("127.0.0.1", "localhost", "[::1]") for h in hosts)
+
+
 def make_session(
     master: str = "local[*]",
     app_name: str = "nsqpy",
@@ -225,15 +234,17 @@ def make_session(
 ) -> Any:
     """Return a SparkSession (``getOrCreate``) with the ``nsq`` format registered.
 
-    With ``loopback`` (the default for ``local[...]`` masters) the driver binds to
-    127.0.0.1 only. Python workers run this interpreter unless PYSPARK_PYTHON is set; when
-    they do, on a local master, they import pyspark from the installed package (see above).
+    With ``loopback`` (the default for ``local[...]`` masters and a standalone master on
+    127.0.0.1) the driver binds to 127.0.0.1 only. Python workers run this interpreter
+    unless PYSPARK_PYTHON is set; when they do, on a local or standalone master, the
+    Python processes on this machine import pyspark from the installed package (see
+    above).
     """
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
     options = {"spark.master": master, "spark.app.name": app_name}
     local = master.startswith("local")
-    if loopback and local:
+    if loopback and (local or _on_loopback(master)):
         os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
         options.update({"spark.driver.bindAddress": "127.0.0.1", "spark.driver.host": "127.0.0.1"})
     options.update({
@@ -249,7 +260,10 @@ def make_session(
     launch = not _jvm_running() and "PYSPARK_GATEWAY_PORT" not in os.environ
     shadow = None
     saved_home = os.environ.get("SPARK_HOME")
-    if local and _is_this_interpreter(os.environ["PYSPARK_PYTHON"]) and launch:
+    # the mirror serves this machine's Python processes (a standalone cluster's executors use
+    # their worker's SPARK_HOME; YARN and Kubernetes ship pyspark's zip from SPARK_HOME)
+    same_machine = local or master.startswith("spark://")
+    if same_machine and _is_this_interpreter(os.environ["PYSPARK_PYTHON"]) and launch:
         from pyspark.find_spark_home import _find_spark_home
 
         shadow = spark_home_without_zips(_find_spark_home())

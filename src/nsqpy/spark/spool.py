@@ -1,4 +1,5 @@
-"""The chunk spool of the ``nsq`` stream source: durable Arrow IPC files, one per burst.
+"""The chunk spool of the ``nsq`` stream source: durable Arrow IPC files, one per burst, and
+the record of the message ids that nsqd may deliver again.
 
 Each chunk is written to a temp file, fsync'd, renamed to
 ``chunk-<seq, 20 digits>-<rows>.arrow`` and the directory fsync'd; only then may its
@@ -8,16 +9,31 @@ stable set once N has been handed to Spark. Numbering never restarts below an of
 may have checkpointed: the reader skips past the start offset Spark hands it, and a
 ``committed`` marker file (written when a commit leaves no chunk file above it) carries
 the highest deleted sequence number over a restart as well.
+
+Exactly once: a message that was spooled but whose FIN nsqd did not process (the driver
+died between the two, the connection dropped, or the message timed out at nsqd while it
+was being spooled) comes back with ``attempts`` > 1. The spool remembers, per nsqd, the
+ids that can come back (:meth:`Spool.redeliveries`): the last :attr:`Spool.keep` ids
+spooled from each nsqd (every id whose FIN may be unprocessed is among them: nsqd holds at
+most a connection's RDY count in flight), and *pinned* ids: those of an ended connection
+or an earlier run, and those whose FIN nsqd refused (E_FIN_FAILED: it timed out first). A
+redelivery of a remembered id is FIN'd and not spooled again; a pinned id is forgotten
+once it came back, or after :data:`PIN_TTL_S`. The record is durable: the ids of the chunk
+files present, plus the ``redelivery-ids.arrow`` file, rewritten before a commit deletes
+chunk files and whenever an id is pinned because its FIN failed.
 """
 
 from __future__ import annotations
 
 import contextlib
+import logging
 import os
 import re
 import threading
+import time
 import uuid
-from collections.abc import Iterator
+from collections import deque
+from collections.abc import Callable, Iterator
 from typing import NamedTuple
 
 import pyarrow as pa
@@ -25,6 +41,25 @@ import pyarrow as pa
 CHUNK_RE = re.compile(r"^chunk-(\d{20})-(\d+)\.arrow$")
 TMP_PREFIX = ".tmp-"
 MARKER = "committed"
+#: The record of the ids nsqd may deliver again (see the module's docstring).
+LEDGER = "redelivery-ids.arrow"
+LEDGER_SCHEMA = pa.schema(
+    [
+        pa.field("nsqd_address", pa.string()),
+        pa.field("id", pa.string()),
+        # epoch seconds it was pinned; null: one of the last ids spooled (pinned on load)
+        pa.field("pinned_at", pa.float64()),
+    ]
+)
+#: How long a pinned id is remembered when nsqd does not deliver it again (its FIN had
+#: been processed after all).
+PIN_TTL_S = 7 * 24 * 3600.0
+#: At most this many pinned ids per nsqd (the oldest are forgotten first).
+MAX_PINNED = 1_000_000
+#: The least number of recent ids remembered per nsqd.
+MIN_KEEP = 10_000
+
+log = logging.getLogger("nsqpy.spark.source")
 
 #: Arrow schema of a chunk file: exactly what Spark expects for SOURCE_SCHEMA.
 ARROW_SCHEMA = pa.schema(
@@ -93,9 +128,11 @@ def read_chunk(path: str) -> Iterator[pa.RecordBatch]:
 
 class Spool:
     """The driver's view of ``spoolPath``: an index of the chunk files, appended by the
-    connection threads and trimmed by commits. Thread-safe."""
+    connection threads and trimmed by commits, and the record of the ids nsqd may deliver
+    again. ``keep``: how many recent ids to remember per nsqd (at least the most a
+    connection can have in flight). Thread-safe."""
 
-    def __init__(self, path: str) -> None:
+    def __init__(self, path: str, keep: int = MIN_KEEP) -> None:
         self.path = os.path.abspath(path)
         os.makedirs(self.path, exist_ok=True)
         self.lock = threading.Lock()
@@ -114,6 +151,15 @@ class Spool:
         #: for on every chunk written: it must not walk the whole index)
         self.total_rows = sum(self.index.values())
         self.lowest = min(self.index, default=self.next_seq)
+        self.keep = max(keep, MIN_KEEP)
+        #: per nsqd: the id arrays of the chunks spooled lately, oldest first, and their rows
+        self.recent: dict[str, deque[pa.Array]] = {}
+        self.recent_rows: dict[str, int] = {}
+        #: per nsqd: id -> when it was pinned (epoch seconds)
+        self.pinned: dict[str, dict[str, float]] = {}
+        #: ids recognised as redeliveries (FIN'd, not spooled again), over this spool's life
+        self.redelivered = 0
+        self._load_ledger()
 
     def _read_marker(self) -> int:
         try:
@@ -139,14 +185,24 @@ class Spool:
                 if not self.index:
                     self.lowest = self.next_seq
 
-    def write(self, batch: pa.RecordBatch) -> int:
-        """Persist one chunk durably and return its sequence number."""
+    def write(
+        self, batch: pa.RecordBatch, address: str | None = None, valid: Callable[[], bool] | None = None
+    ) -> int | None:
+        """Persist one chunk durably and return its sequence number. ``address``: the nsqd
+        its messages came from (default: the batch's ``nsqd_address``). ``valid`` is asked
+        once the file is on disk, before it becomes a chunk: if False, the file goes and
+        None is returned (the messages must not be FIN'd)."""
         sink = pa.BufferOutputStream()
         with pa.ipc.new_file(sink, ARROW_SCHEMA) as writer:
             writer.write_batch(batch)
         tmp = os.path.join(self.path, f"{TMP_PREFIX}{uuid.uuid4().hex}.arrow")
+        if address is None:
+            address = str(batch.column(6)[0].as_py()) if batch.num_rows else ""
         try:
             _write_durably(tmp, sink.getvalue())
+            if valid is not None and not valid():
+                os.unlink(tmp)
+                return None
             with self.lock:
                 seq = self.next_seq
                 os.rename(tmp, os.path.join(self.path, chunk_name(seq, batch.num_rows)))
@@ -156,6 +212,7 @@ class Spool:
                     self.lowest = seq
                 self.index[seq] = batch.num_rows
                 self.total_rows += batch.num_rows
+                self._remember(address, batch.column(0))
         except BaseException:
             with contextlib.suppress(OSError):
                 os.unlink(tmp)
@@ -184,9 +241,12 @@ class Spool:
         return os.path.join(self.path, chunk_name(seq, self.index[seq]))
 
     def delete_upto(self, seq: int) -> int:
-        """Delete every chunk with sequence number <= ``seq``; returns how many."""
+        """Delete every chunk with sequence number <= ``seq``; returns how many. The record
+        of recent ids is saved first: it must not depend on the files that go."""
         with self.lock:
             doomed = [s for s in self.index if s <= seq]
+            if doomed:
+                self._save_ledger()
             if seq > self.committed and not any(s > seq for s in self.index):
                 # the marker is needed only when no chunk file above `seq` would remain
                 # to carry the numbering over a restart
@@ -197,3 +257,157 @@ class Spool:
                 self.total_rows -= self.index.pop(s)
             self.lowest = max(self.lowest, seq + 1)
             return len(doomed)
+
+    # --- the ids nsqd may deliver again ---------------------------------------------------
+
+    def _remember(self, address: str, ids: pa.Array) -> None:
+        """Add a chunk's ids to the nsqd's recent ones (under the lock)."""
+        q = self.recent.setdefault(address, deque())
+        q.append(ids)
+        rows = self.recent_rows.get(address, 0) + len(ids)
+        while q and rows - len(q[0]) >= self.keep:
+            rows -= len(q.popleft())
+        self.recent_rows[address] = rows
+
+    def _recent_ids(self, address: str) -> pa.Array | None:
+        q = self.recent.get(address)
+        if not q:
+            return None
+        return q[0] if len(q) == 1 else pa.concat_arrays(list(q))
+
+    def redeliveries(self, address: str, ids: pa.Array, attempts: pa.Array) -> list[int]:
+        """The rows of a burst from ``address`` that are messages already spooled: ids
+        remembered, or repeated within the burst. Only rows with ``attempts`` > 1 can be
+        (a first delivery is new), so the usual burst costs one vectorised comparison.
+        Pinned ids found are forgotten (their FIN follows)."""
+        import pyarrow.compute as pc  # the driver's runner only: executors read chunks
+
+        again = pc.greater(attempts, 1)
+        if not pc.any(again).as_py():
+            return []
+        rows = pc.indices_nonzero(again).to_pylist()
+        candidates = pc.take(ids, pa.array(rows, pa.int64()))
+        with self.lock:
+            recent = self._recent_ids(address)
+            in_recent = (
+                pc.is_in(candidates, value_set=recent).to_pylist() if recent is not None
+                else [False] * len(rows)
+            )
+            pins = self.pinned.get(address, {})
+            burst: dict[str, int] | None = None
+            out: list[int] = []
+            for row, mid, known in zip(rows, candidates.to_pylist(), in_recent, strict=True):
+                if known or pins.pop(mid, None) is not None:
+                    out.append(row)
+                    continue
+                if burst is None:  # first position of each id in the burst
+                    burst = {}
+                    for i, x in enumerate(ids.to_pylist()):
+                        burst.setdefault(x, i)
+                if burst[mid] < row:
+                    out.append(row)
+            self.redelivered += len(out)
+            return out
+
+    def refinished(self, address: str, ids: pa.Array) -> None:
+        """Redeliveries of ``ids`` were FIN'd again: remember them as recent ids (that FIN
+        may not be processed either)."""
+        with self.lock:
+            self._remember(address, ids)
+
+    def pin(self, address: str, msg_id: str, durable: bool = True) -> None:
+        """Remember ``msg_id`` until nsqd delivers it again (its FIN failed: it timed out
+        first). Saved at once unless ``durable`` is False."""
+        with self.lock:
+            self._pin(address, [msg_id], time.time())
+            if durable:
+                self._save_ledger()
+
+    def _pin(self, address: str, ids: list[str], now: float) -> None:
+        pins = self.pinned.setdefault(address, {})
+        for i in ids:
+            pins[i] = now
+        if len(pins) > MAX_PINNED:
+            drop = len(pins) - MAX_PINNED
+            log.warning("nsq source: forgetting the %d oldest ids pinned for nsqd %s", drop, address)
+            for i in sorted(pins, key=pins.__getitem__)[:drop]:
+                del pins[i]
+
+    def connection_ended(self, address: str) -> None:
+        """A connection to ``address`` ended: every id it may not have FIN'd is among the
+        recent ones; pin them (nsqd puts them back at the end of its queue, from where they
+        may come back after more than ``keep`` new messages)."""
+        with self.lock:
+            recent = self._recent_ids(address)
+            if recent is not None:
+                self._pin(address, recent.to_pylist(), time.time())
+                self.recent.pop(address, None)
+                self.recent_rows.pop(address, None)
+
+    def pinned_count(self) -> int:
+        with self.lock:
+            return sum(len(p) for p in self.pinned.values())
+
+    def _load_ledger(self) -> None:
+        """Pin every id the last run may not have FIN'd: the ledger's and the newest chunks'."""
+        now = time.time()
+        path = os.path.join(self.path, LEDGER)
+        try:
+            with pa.memory_map(path, "r") as source:
+                table = pa.ipc.open_file(source).read_all()
+        except FileNotFoundError:
+            table = None
+        except (OSError, pa.ArrowInvalid) as exc:
+            raise ValueError(f"spool {self.path}: unreadable {LEDGER!r}: {exc}") from exc
+        if table is not None:
+            cutoff = now - PIN_TTL_S
+            for addr, mid, at in zip(
+                table.column("nsqd_address").to_pylist(), table.column("id").to_pylist(),
+                table.column("pinned_at").to_pylist(), strict=True,
+            ):
+                if at is None or at >= cutoff:
+                    self.pinned.setdefault(addr, {})[mid] = now if at is None else at
+        # the newest chunks' ids, up to `keep` per nsqd (older ones were FIN'd long since)
+        have: dict[str, int] = {}
+        for seq in sorted(self.index, reverse=True):
+            for batch in read_chunk(self._chunk_path(seq)):
+                if not batch.num_rows:
+                    continue
+                addr = str(batch.column(6)[0].as_py())
+                if have.get(addr, 0) >= self.keep:
+                    continue
+                have[addr] = have.get(addr, 0) + batch.num_rows
+                pins = self.pinned.setdefault(addr, {})
+                for mid in batch.column(0).to_pylist():
+                    pins.setdefault(mid, now)
+
+    def _save_ledger(self) -> None:
+        """Write the pinned ids (not expired) and the recent ones durably (under the lock)."""
+        cutoff = time.time() - PIN_TTL_S
+        addrs: list[str] = []
+        ids: list[str] = []
+        ats: list[float | None] = []
+        for addr, pins in self.pinned.items():
+            for mid, at in pins.items():
+                if at >= cutoff:
+                    addrs.append(addr)
+                    ids.append(mid)
+                    ats.append(at)
+        parts = [pa.table([pa.array(addrs, pa.string()), pa.array(ids, pa.string()),
+                           pa.array(ats, pa.float64())], schema=LEDGER_SCHEMA)]
+        for addr in self.recent:
+            recent = self._recent_ids(addr)
+            if recent is None:
+                continue
+            n = len(recent)
+            parts.append(pa.table(
+                [pa.array([addr] * n, pa.string()), recent, pa.nulls(n, pa.float64())],
+                schema=LEDGER_SCHEMA,
+            ))
+        sink = pa.BufferOutputStream()
+        with pa.ipc.new_file(sink, LEDGER_SCHEMA) as writer:
+            writer.write_table(pa.concat_tables(parts))
+        tmp = os.path.join(self.path, f"{TMP_PREFIX}{LEDGER}")
+        _write_durably(tmp, sink.getvalue())
+        os.replace(tmp, os.path.join(self.path, LEDGER))
+        fsync_dir(self.path)
