@@ -29,7 +29,7 @@ from ..protocol.names import is_ephemeral
 from .backend import BackendQueue, Queued
 from .diskqueue import DiskQueueError, DiskQueueWriteError
 from .fileio import write_file_atomic
-from .inflight import InFlightTimers
+from .inflight import InFlightTimers, TimersByClient
 from .message import Message
 from .quantile import Quantile
 
@@ -142,8 +142,9 @@ class Channel(Queued):
         self.ephemeral = is_ephemeral(name)
         self.queue: deque[Message] = deque()
         self.in_flight: dict[bytes, Message] = {}
-        #: each consumer's in-flight deadlines, by client id
-        self.timers: dict[int, InFlightTimers] = {}
+        #: each consumer's in-flight deadlines, by client id, made with its first message in
+        #: flight (``timers[id]``): an idle consumer costs no deque (~0.75 KiB)
+        self.timers: dict[int, InFlightTimers] = TimersByClient()
         #: ids of the clients whose timers may hold entries (the scan looks at those only:
         #: thousands of idle consumers cost it nothing): added as the pump sends to them
         self.timed: set[int] = set()
@@ -417,7 +418,6 @@ class Channel(Queued):
         if limit and client.id not in self.clients and len(self.clients) >= limit:
             return False
         self.clients[client.id] = client
-        self.timers.setdefault(client.id, InFlightTimers())
         return True
 
     def remove_client(self, client: Consumer) -> None:
@@ -425,7 +425,8 @@ class Channel(Queued):
         if self.clients.pop(client.id, None) is None:
             return
         self.timed.discard(client.id)
-        for msg in self.timers.pop(client.id).owned(client):
+        timers = self.timers.pop(client.id, None)
+        for msg in timers.owned(client) if timers is not None else ():
             if self.in_flight.get(msg.id) is msg:
                 del self.in_flight[msg.id]
                 msg.client = None

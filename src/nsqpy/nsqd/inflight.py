@@ -77,6 +77,17 @@ class InFlightTimers:
         return len(self.queue) + len(self.heap)
 
 
+class TimersByClient(dict[int, InFlightTimers]):
+    """A channel's :class:`InFlightTimers` by client id, each made when first asked for
+    (``timers[id]``, as the first message goes in flight); ``get`` does not make one."""
+
+    __slots__ = ()
+
+    def __missing__(self, client_id: int) -> InFlightTimers:
+        t = self[client_id] = InFlightTimers()
+        return t
+
+
 def expire_front_py(
     q: deque[tuple[float, Message]], now: float, owner: Any, in_flight: dict[bytes, Message]
 ) -> list[Message]:
