@@ -4,7 +4,9 @@
 Starts an nsqd (the venv's, or --nsqd-bin) with the open-file limit raised (``ulimit -n``:
 the soft limit goes up to the hard one, for this script, the daemon and the holder), then:
 
-1. idle RSS of the fresh daemon;
+1. idle RSS of the fresh daemon (nothing connected: the start-up is awaited in its log), then
+   after a first TCP connection and after a first HTTP request (our nsqd loads its TCP
+   protocol and its HTTP server with them);
 2. a throughput run without the idle connections (bench_writer and bench_reader at the same
    time on topic ``busy``, as ``run.py --mode concurrent``);
 3. --conns consumer connections, each ``IDENTIFY``, ``SUB idle <channel>``, ``RDY 1``, held
@@ -36,7 +38,7 @@ BENCH = Path(__file__).resolve().parent
 sys.path.insert(0, str(BENCH))
 
 import nsqbench as nb  # noqa: E402
-from run import Daemon, default_nsqd_bin, finish_tool, proc_cpu_seconds, start_tool  # noqa: E402
+from run import Daemon, default_nsqd_bin, finish_tool, http_ping, proc_cpu_seconds, start_tool  # noqa: E402
 
 TOOL = "bench_idle"
 
@@ -137,7 +139,9 @@ def main(argv: list[str] | None = None) -> int:
     args.nsqd_arg = []
     workdir = Path(tempfile.mkdtemp(prefix="nsqidle-"))
     daemon = Daemon(args, workdir)
-    daemon.probe_http = False  # an HTTP request would load our nsqd's HTTP server
+    # no probing connection: our nsqd loads its TCP protocol with the first connection and
+    # its HTTP server with the first HTTP request
+    daemon.probe_http = daemon.probe_tcp = False
     daemon.start()
     assert daemon.pid is not None
     out: dict = {"conns": args.conns, "channels": args.channels, "nsqd": args.nsqd_bin,
@@ -149,6 +153,14 @@ def main(argv: list[str] | None = None) -> int:
     try:
         time.sleep(1.0)
         out["rss_idle_mib"] = rss_mib(daemon.pid)
+        with socket.create_connection(nb.parse_addr(daemon.tcp), timeout=10) as s:
+            s.sendall(nb.MAGIC_V2 + b"NOP\n")
+        time.sleep(0.5)
+        out["rss_first_conn_mib"] = rss_mib(daemon.pid)
+        if not http_ping(*nb.parse_addr(daemon.http), timeout=30):
+            raise RuntimeError("GET /ping failed")
+        time.sleep(0.5)
+        out["rss_first_http_mib"] = rss_mib(daemon.pid)
         out["before"] = throughput(daemon.tcp, args.runfor, "busy", args.writer_procs)
         rss_before = rss_mib(daemon.pid)
         t0 = time.monotonic()
@@ -181,7 +193,10 @@ def main(argv: list[str] | None = None) -> int:
         shutil.rmtree(workdir, ignore_errors=True)
     b, w = out["before"], out["with_conns"]
     print(f"== {TOOL}: {args.conns} idle consumers on {args.channels} channel(s), nsqd {args.nsqd_bin}")
-    print(f"   idle RSS {out['rss_idle_mib']:.1f} MiB; before the connections {rss_before:.1f} MiB, "
+    print(f"   idle RSS {out['rss_idle_mib']:.1f} MiB; after a first TCP connection "
+          f"{out['rss_first_conn_mib']:.1f} MiB, after a first HTTP request "
+          f"{out['rss_first_http_mib']:.1f} MiB")
+    print(f"   after a throughput run, before the connections {rss_before:.1f} MiB, "
           f"with them {out['rss_with_conns_mib']:.1f} MiB: {out['kib_per_conn']:.1f} KiB per connection "
           f"(connected in {out['connect_s']:.1f}s)")
     if out["idle_cpu"] is not None:

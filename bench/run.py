@@ -215,6 +215,9 @@ class Daemon:
         #: connect to the HTTP listener too when waiting for the start-up (our nsqd then
         #: loads its HTTP server: a bench of the idle daemon's memory leaves it alone)
         self.probe_http = True
+        #: False: wait for the listeners' log lines instead of connecting (our nsqd loads its
+        #: TCP protocol with the first connection: an idle daemon's memory is measured before)
+        self.probe_tcp = True
 
     def start(self) -> None:
         cmd = [
@@ -249,7 +252,12 @@ class Daemon:
         # both listeners up means startup work is over, so it does not count against phase
         # one; the HTTP one must answer /ping (our nsqd starts its HTTP server with the first
         # connection: that start is start-up work too)
-        for addr in (self.tcp, self.http) if self.probe_http else (self.tcp,):
+        if not self.probe_tcp:
+            self._wait_for_log(("TCP: listening on", "HTTP: listening on"), deadline)
+        probes = [self.tcp] if self.probe_tcp else []
+        if self.probe_http:
+            probes.append(self.http)
+        for addr in probes:
             host, port = nb.parse_addr(addr)
             while True:
                 if self.proc.poll() is not None:
@@ -268,6 +276,19 @@ class Daemon:
                         f"nsqd did not listen on {addr} within {self.args.startup_timeout}s"
                     )
                 time.sleep(0.05)
+
+    def _wait_for_log(self, lines: tuple[str, ...], deadline: float) -> None:
+        """Wait until the daemon's log has each of ``lines`` (ours and Go's nsqd log both)."""
+        assert self.proc is not None
+        while True:
+            text = self.log_path.read_text(errors="replace")
+            if all(line in text for line in lines):
+                return
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"nsqd exited during startup with code {self.proc.returncode}")
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"nsqd did not log {lines} within {self.args.startup_timeout}s")
+            time.sleep(0.05)
 
     @property
     def pid(self) -> int | None:
