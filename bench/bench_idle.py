@@ -7,12 +7,12 @@ the soft limit goes up to the hard one, for this script, the daemon and the hold
 1. idle RSS of the fresh daemon (nothing connected: the start-up is awaited in its log), then
    after a first TCP connection and after a first HTTP request (our nsqd loads its TCP
    protocol and its HTTP server with them);
-2. a throughput run without the idle connections (bench_writer and bench_reader at the same
-   time on topic ``busy``, as ``run.py --mode concurrent``);
-3. --conns consumer connections, each ``IDENTIFY``, ``SUB idle <channel>``, ``RDY 1``, held
+2. --conns consumer connections, each ``IDENTIFY``, ``SUB idle <channel>``, ``RDY 1``, held
    by a child process that answers heartbeats; --channels spreads them over channels;
-4. RSS with them (growth per connection), the daemon's CPU while they sit idle, and a
-   second throughput run with them held, to compare with the first.
+3. RSS with them (growth per connection: measured before any message flowed, so memory a
+   throughput run freed does not hide it), the daemon's CPU while they sit idle;
+4. a throughput run with them held (bench_writer and bench_reader at the same time on topic
+   ``busy``, as ``run.py --mode concurrent``), then, once they closed, one without them.
 
 Stdlib only, raw TCP protocol V2 (like the other tools), so it can load the Go nsqd too.
 
@@ -160,9 +160,7 @@ def main(argv: list[str] | None = None) -> int:
         if not http_ping(*nb.parse_addr(daemon.http), timeout=30):
             raise RuntimeError("GET /ping failed")
         time.sleep(0.5)
-        out["rss_first_http_mib"] = rss_mib(daemon.pid)
-        out["before"] = throughput(daemon.tcp, args.runfor, "busy", args.writer_procs)
-        rss_before = rss_mib(daemon.pid)
+        out["rss_first_http_mib"] = rss_before = rss_mib(daemon.pid)
         t0 = time.monotonic()
         proc = ctx.Process(target=holder, args=(daemon.tcp, args.conns, args.channels, ready_w, stop))
         proc.start()
@@ -183,6 +181,10 @@ def main(argv: list[str] | None = None) -> int:
         out["idle_cpu"] = (cpu1 - cpu0) / args.idle_for if cpu0 is not None and cpu1 is not None else None
         out["with_conns"] = throughput(daemon.tcp, args.runfor, "busy", args.writer_procs)
         out["rss_after_mib"] = rss_mib(daemon.pid)
+        stop.set()
+        proc.join(60)
+        time.sleep(1.0)
+        out["before"] = throughput(daemon.tcp, args.runfor, "busy", args.writer_procs)
     finally:
         stop.set()
         if proc is not None:
@@ -196,13 +198,13 @@ def main(argv: list[str] | None = None) -> int:
     print(f"   idle RSS {out['rss_idle_mib']:.1f} MiB; after a first TCP connection "
           f"{out['rss_first_conn_mib']:.1f} MiB, after a first HTTP request "
           f"{out['rss_first_http_mib']:.1f} MiB")
-    print(f"   after a throughput run, before the connections {rss_before:.1f} MiB, "
+    print(f"   before the connections {rss_before:.1f} MiB, "
           f"with them {out['rss_with_conns_mib']:.1f} MiB: {out['kib_per_conn']:.1f} KiB per connection "
           f"(connected in {out['connect_s']:.1f}s)")
     if out["idle_cpu"] is not None:
         print(f"   nsqd CPU with them idle: {out['idle_cpu'] * 100:.1f}%")
-    print(f"   concurrent PUB/SUB without them: {b['pub']:.0f} / {b['sub']:.0f} msgs/s; with them: "
-          f"{w['pub']:.0f} / {w['sub']:.0f} msgs/s")
+    print(f"   concurrent PUB/SUB with them: {w['pub']:.0f} / {w['sub']:.0f} msgs/s; without them "
+          f"(after they closed): {b['pub']:.0f} / {b['sub']:.0f} msgs/s")
     if args.json:
         print(json.dumps(out))
     return 0
