@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import math
 import time
 from collections import deque
 from typing import TYPE_CHECKING, Any
@@ -109,6 +110,42 @@ def fatal(code: str, desc: str) -> ProtocolError:
     return ProtocolError(code, desc, fatal=True)
 
 
+#: heartbeat ticks due within this many seconds of each other share one timer
+HEARTBEAT_SLOT = 0.025
+
+
+class HeartbeatWheel:
+    """The daemon's heartbeat ticks, grouped by due time into slots of :data:`HEARTBEAT_SLOT`
+    with one event-loop timer per occupied slot, instead of a timer per connection (~0.5 KiB
+    each with uvloop: 5 MiB for 10,000 idle consumers). A tick runs up to a slot late."""
+
+    __slots__ = ("loop", "slots")
+
+    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
+        self.loop = loop
+        #: slot number (due time // HEARTBEAT_SLOT, rounded up) -> its clients by id
+        self.slots: dict[int, dict[int, ClientV2]] = {}
+
+    def add(self, client: ClientV2, delay: float) -> int:
+        """Tick ``client`` (its ``_heartbeat_tick``) in ``delay`` seconds; returns the slot."""
+        slot = math.ceil((self.loop.time() + delay) / HEARTBEAT_SLOT)
+        clients = self.slots.get(slot)
+        if clients is None:
+            clients = self.slots[slot] = {}
+            self.loop.call_at(slot * HEARTBEAT_SLOT, self._fire, slot)
+        clients[client.id] = client
+        return slot
+
+    def discard(self, client: ClientV2, slot: int) -> None:
+        clients = self.slots.get(slot)
+        if clients is not None:
+            clients.pop(client.id, None)
+
+    def _fire(self, slot: int) -> None:
+        for client in self.slots.pop(slot, {}).values():
+            client._heartbeat_tick()
+
+
 class ClientV2(asyncio.Protocol):
     """One TCP client of nsqd: a producer, a consumer, or both."""
 
@@ -118,7 +155,7 @@ class ClientV2(asyncio.Protocol):
     __slots__ = (
         "nsqd", "id", "transport", "remote_address", "state", "closed",
         "_out", "_out_len", "_flush_now", "_flush_timer", "_write_paused_at",
-        "_held", "_close_on_release", "_held_for", "_hb_timer", "_last_read", "_last_hb",
+        "_held", "_close_on_release", "_held_for", "_hb_slot", "_last_read", "_last_hb",
         "client_id", "hostname", "user_agent", "heartbeat_interval", "output_buffer_size",
         "output_buffer_timeout", "msg_timeout", "sample_rate", "identified",
         "channel", "ready_count", "in_flight_count", "message_count", "finish_count",
@@ -144,7 +181,8 @@ class ClientV2(asyncio.Protocol):
         self._close_on_release = False
         #: (error code, command) of the publish that asked for the fsync being waited for
         self._held_for: tuple[str, str] = ("E_PUB_FAILED", "PUB")
-        self._hb_timer: asyncio.TimerHandle | None = None
+        #: the HeartbeatWheel slot this client's next heartbeat tick is in (0: none)
+        self._hb_slot = 0
         self._last_read = 0.0
         self._last_hb = 0.0
         # IDENTIFY-able settings
@@ -201,9 +239,7 @@ class ClientV2(asyncio.Protocol):
     def connection_lost(self, exc: Exception | None) -> None:
         self.closed = True
         self.transport = None
-        if self._hb_timer is not None:
-            self._hb_timer.cancel()
-            self._hb_timer = None
+        self._cancel_heartbeat()
         if self._flush_timer is not None:
             self._flush_timer.cancel()
             self._flush_timer = None
@@ -316,17 +352,25 @@ class ClientV2(asyncio.Protocol):
 
     # --- heartbeats ---------------------------------------------------------------------------
 
+    def _cancel_heartbeat(self) -> None:
+        if self._hb_slot:
+            wheel = self.nsqd.heartbeats
+            if wheel is not None:
+                wheel.discard(self, self._hb_slot)
+            self._hb_slot = 0
+
     def _schedule_heartbeat(self) -> None:
-        if self._hb_timer is not None:
-            self._hb_timer.cancel()
-            self._hb_timer = None
+        self._cancel_heartbeat()
         interval = self.heartbeat_interval
         if interval > 0 and not self.closed:
+            wheel = self.nsqd.heartbeats
+            if wheel is None:
+                wheel = self.nsqd.heartbeats = HeartbeatWheel(self.nsqd.loop)
             # tick at half the interval so the 2x read deadline is enforced closely
-            self._hb_timer = self.nsqd.loop.call_later(interval / 2, self._heartbeat_tick)
+            self._hb_slot = wheel.add(self, interval / 2)
 
     def _heartbeat_tick(self) -> None:
-        self._hb_timer = None
+        self._hb_slot = 0
         if self.closed:
             return
         now = self.nsqd.loop.time()

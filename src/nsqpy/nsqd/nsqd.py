@@ -41,7 +41,7 @@ from .syncer import Syncer
 if TYPE_CHECKING:
     import aiohttp
 
-    from .client_v2 import ClientV2
+    from .client_v2 import ClientV2, HeartbeatWheel
     from .protocol_v2 import ProtocolV2
     from .topic import Topic
 
@@ -187,6 +187,8 @@ class NSQD:
         self.syncer: Syncer | None = None
         self.lookup_peers = LookupPeers(self)
         self._client_ids = itertools.count(1)
+        #: every client's heartbeat ticks (made with the first client)
+        self.heartbeats: HeartbeatWheel | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
         self._tcp_server: asyncio.AbstractServer | None = None
         self._http_listener: LazyHTTP | None = None
