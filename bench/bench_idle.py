@@ -122,8 +122,12 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--nsqd-bin", default=None)
     p.add_argument("--conns", type=int, default=10000)
     p.add_argument("--channels", type=int, default=1, help="spread the idle consumers over N channels")
-    p.add_argument("--idle-for", type=nb.parse_duration, default=5.0,
-                   help="measure the daemon's CPU over this long with the connections idle")
+    p.add_argument(
+        "--idle-for",
+        type=nb.parse_duration,
+        default=5.0,
+        help="measure the daemon's CPU over this long with the connections idle",
+    )
     p.add_argument("--runfor", type=nb.parse_duration, default=5.0, help="each throughput run")
     p.add_argument("--writer-procs", type=int, default=1)
     p.add_argument("--mem-queue-size", type=int, default=10000)
@@ -131,8 +135,9 @@ def main(argv: list[str] | None = None) -> int:
     args = p.parse_args(nb.go_flags(argv))
     limit = raise_nofile(args.conns + 1000)
     if limit < args.conns + 100:
-        print(f"{TOOL}: the open-file limit is {limit}: too low for {args.conns} connections",
-              file=sys.stderr)
+        print(
+            f"{TOOL}: the open-file limit is {limit}: too low for {args.conns} connections", file=sys.stderr
+        )
         return 2
     args.nsqd_bin = args.nsqd_bin or default_nsqd_bin()
     args.startup_timeout, args.stop_timeout, args.data_path = 20.0, 30.0, None
@@ -144,8 +149,7 @@ def main(argv: list[str] | None = None) -> int:
     daemon.probe_http = daemon.probe_tcp = False
     daemon.start()
     assert daemon.pid is not None
-    out: dict = {"conns": args.conns, "channels": args.channels, "nsqd": args.nsqd_bin,
-                 "nofile": limit}
+    out: dict = {"conns": args.conns, "channels": args.channels, "nsqd": args.nsqd_bin, "nofile": limit}
     ctx = multiprocessing.get_context("fork")
     stop = ctx.Event()
     ready_r, ready_w = ctx.Pipe(duplex=False)
@@ -195,16 +199,22 @@ def main(argv: list[str] | None = None) -> int:
         shutil.rmtree(workdir, ignore_errors=True)
     b, w = out["before"], out["with_conns"]
     print(f"== {TOOL}: {args.conns} idle consumers on {args.channels} channel(s), nsqd {args.nsqd_bin}")
-    print(f"   idle RSS {out['rss_idle_mib']:.1f} MiB; after a first TCP connection "
-          f"{out['rss_first_conn_mib']:.1f} MiB, after a first HTTP request "
-          f"{out['rss_first_http_mib']:.1f} MiB")
-    print(f"   before the connections {rss_before:.1f} MiB, "
-          f"with them {out['rss_with_conns_mib']:.1f} MiB: {out['kib_per_conn']:.1f} KiB per connection "
-          f"(connected in {out['connect_s']:.1f}s)")
+    print(
+        f"   idle RSS {out['rss_idle_mib']:.1f} MiB; after a first TCP connection "
+        f"{out['rss_first_conn_mib']:.1f} MiB, after a first HTTP request "
+        f"{out['rss_first_http_mib']:.1f} MiB"
+    )
+    print(
+        f"   before the connections {rss_before:.1f} MiB, "
+        f"with them {out['rss_with_conns_mib']:.1f} MiB: {out['kib_per_conn']:.1f} KiB per connection "
+        f"(connected in {out['connect_s']:.1f}s)"
+    )
     if out["idle_cpu"] is not None:
         print(f"   nsqd CPU with them idle: {out['idle_cpu'] * 100:.1f}%")
-    print(f"   concurrent PUB/SUB with them: {w['pub']:.0f} / {w['sub']:.0f} msgs/s; without them "
-          f"(after they closed): {b['pub']:.0f} / {b['sub']:.0f} msgs/s")
+    print(
+        f"   concurrent PUB/SUB with them: {w['pub']:.0f} / {w['sub']:.0f} msgs/s; without them "
+        f"(after they closed): {b['pub']:.0f} / {b['sub']:.0f} msgs/s"
+    )
     if args.json:
         print(json.dumps(out))
     return 0

@@ -116,9 +116,9 @@ def consumer_opts(args: argparse.Namespace, nsqd: Daemon) -> list[str]:
 
 def prepublish(nsqd: Daemon, topic: str, count: int, size: int, conn: dict[str, str]) -> float:
     """MPUB ``count`` distinct ``size``-byte bodies; returns the seconds it took."""
-    from nsqpy.spark.sink import SinkOptions, publish_batches
-
     import pyarrow as pa
+
+    from nsqpy.spark.sink import SinkOptions, publish_batches
 
     opts = SinkOptions.parse({"topic": topic, "nsqdTcpAddresses": nsqd.tcp, **conn})
 
@@ -146,18 +146,20 @@ def prefill(spool: Path, topic: str, count: int, size: int, chunk_rows: int) -> 
     for start in range(0, count, chunk_rows):
         seqs = range(start, min(start + chunk_rows, count))
         n = len(seqs)
-        out.write(pa.RecordBatch.from_arrays(
-            [
-                pa.array(["%016x" % i for i in seqs], pa.string()),
-                pa.array([now_us + i for i in seqs], pa.timestamp("us", tz="UTC")),
-                pa.array([1] * n, pa.int32()),
-                pa.array(bodies(seqs, size), pa.binary()),
-                pa.array([topic] * n, pa.string()),
-                pa.array(["nsq_spark"] * n, pa.string()),
-                pa.array(["prefill"] * n, pa.string()),
-            ],
-            schema=ARROW_SCHEMA,
-        ))
+        out.write(
+            pa.RecordBatch.from_arrays(
+                [
+                    pa.array(["%016x" % i for i in seqs], pa.string()),
+                    pa.array([now_us + i for i in seqs], pa.timestamp("us", tz="UTC")),
+                    pa.array([1] * n, pa.int32()),
+                    pa.array(bodies(seqs, size), pa.binary()),
+                    pa.array([topic] * n, pa.string()),
+                    pa.array(["nsq_spark"] * n, pa.string()),
+                    pa.array(["prefill"] * n, pa.string()),
+                ],
+                schema=ARROW_SCHEMA,
+            )
+        )
     return time.perf_counter() - t0
 
 
@@ -269,8 +271,10 @@ class CpuSampler:
 
     def processes(self) -> list[tuple[str, float, str]]:
         """(group, CPU seconds, command line) of every process seen, busiest first."""
-        rows = [(g, round(self.last[p] - self.first[p], 2), _cmdline(p)[:160] or f"pid {p}")
-                for p, g in self.group.items()]
+        rows = [
+            (g, round(self.last[p] - self.first[p], 2), _cmdline(p)[:160] or f"pid {p}")
+            for p, g in self.group.items()
+        ]
         return sorted(rows, key=lambda r: -r[1])
 
     def by_group(self) -> dict[str, float]:
@@ -314,11 +318,17 @@ def run_runtime(nsqd: Daemon, topic: str, work: Path, args: argparse.Namespace) 
     from nsqpy.spark.consumer import Runtime
     from nsqpy.spark.source import SourceOptions
 
-    opts = SourceOptions.parse({
-        "topic": topic, "nsqdTcpAddresses": nsqd.tcp, "nsqdHttpAddresses": nsqd.http,
-        "spoolPath": str(work / "runtime-spool"), "maxRecordsPerBatch": str(args.max_records_per_batch),
-        "maxSpoolRows": str(2 * args.count + 1_000_000), **conn_options(args, nsqd),
-    })
+    opts = SourceOptions.parse(
+        {
+            "topic": topic,
+            "nsqdTcpAddresses": nsqd.tcp,
+            "nsqdHttpAddresses": nsqd.http,
+            "spoolPath": str(work / "runtime-spool"),
+            "maxRecordsPerBatch": str(args.max_records_per_batch),
+            "maxSpoolRows": str(2 * args.count + 1_000_000),
+            **conn_options(args, nsqd),
+        }
+    )
     with Load() as load, CpuSampler(nsqd.proc.pid if nsqd.proc else None) as cpu:
         own0 = time.process_time()
         t0 = time.perf_counter()
@@ -336,25 +346,38 @@ def run_runtime(nsqd: Daemon, topic: str, work: Path, args: argparse.Namespace) 
         finally:
             rt.stop()
     return {
-        "pipeline": "runtime", "rows": rows, "parquet_rows": rows, "distinct_ids": rows,
-        "chunks": chunks, "seconds": round(wall, 2), "rows_per_s": round(rows / wall),
+        "pipeline": "runtime",
+        "rows": rows,
+        "parquet_rows": rows,
+        "distinct_ids": rows,
+        "chunks": chunks,
+        "seconds": round(wall, 2),
+        "rows_per_s": round(rows / wall),
         "cpu_s": round(sum(cpu.by_group().values()), 1),
         # the source's threads alone (this process: decoding, spooling, FIN)
         "source_cpu_s": round(own, 2),
         "cpu_per_1m": per_million(cpu.by_group(), rows),
-        "steal_pct": load.steal, "loadavg": load.loadavg,
+        "steal_pct": load.steal,
+        "loadavg": load.loadavg,
     }
 
 
 def _archive_opts(topic: str, out: Path, work: Path, args: argparse.Namespace, nsqd: Daemon) -> Any:
     from nsqpy.spark.jobs.options import parse_args, validate
 
-    opts = parse_args([
-        "archive", f"--topic={topic}", f"--nsqd-tcp-address={nsqd.tcp}", f"--output-dir={out}",
-        f"--checkpoint-dir={work / 'checkpoint'}", f"--spool-dir={work / 'spool'}",
-        f"--max-records-per-batch={args.max_records_per_batch}", "--available-now",
-        *consumer_opts(args, nsqd),
-    ])
+    opts = parse_args(
+        [
+            "archive",
+            f"--topic={topic}",
+            f"--nsqd-tcp-address={nsqd.tcp}",
+            f"--output-dir={out}",
+            f"--checkpoint-dir={work / 'checkpoint'}",
+            f"--spool-dir={work / 'spool'}",
+            f"--max-records-per-batch={args.max_records_per_batch}",
+            "--available-now",
+            *consumer_opts(args, nsqd),
+        ]
+    )
     validate(opts)
     return opts
 
@@ -395,27 +418,37 @@ def write_files(directory: Path, topic: str, count: int, size: int, rows_per_fil
     for k, start in enumerate(range(0, count, rows_per_file)):
         seqs = range(start, min(start + rows_per_file, count))
         n = len(seqs)
-        pq.write_table(pa.table([
-            pa.array(["%016x" % i for i in seqs], pa.string()),
-            pa.array([now_us + i for i in seqs], pa.timestamp("us", tz="UTC")),
-            pa.array([1] * n, pa.int32()),
-            pa.array(bodies(seqs, size), pa.binary()),
-            pa.array([topic] * n, pa.string()),
-            pa.array(["nsq_spark"] * n, pa.string()),
-            pa.array(["files"] * n, pa.string()),
-        ], schema=ARROW_SCHEMA), directory / f"part-{k:05d}.parquet")
+        pq.write_table(
+            pa.table(
+                [
+                    pa.array(["%016x" % i for i in seqs], pa.string()),
+                    pa.array([now_us + i for i in seqs], pa.timestamp("us", tz="UTC")),
+                    pa.array([1] * n, pa.int32()),
+                    pa.array(bodies(seqs, size), pa.binary()),
+                    pa.array([topic] * n, pa.string()),
+                    pa.array(["nsq_spark"] * n, pa.string()),
+                    pa.array(["files"] * n, pa.string()),
+                ],
+                schema=ARROW_SCHEMA,
+            ),
+            directory / f"part-{k:05d}.parquet",
+        )
     return time.perf_counter() - t0
 
 
 def _files_frame(spark: Any, directory: Path) -> Any:
     from nsqpy.spark import SOURCE_SCHEMA
 
-    return (spark.readStream.schema(SOURCE_SCHEMA).option("maxFilesPerTrigger", "1")
-            .parquet(str(directory)))
+    return spark.readStream.schema(SOURCE_SCHEMA).option("maxFilesPerTrigger", "1").parquet(str(directory))
 
 
 def run_source(
-    spark: Any, nsqd: Daemon, topic: str, work: Path, args: argparse.Namespace, source: str = "nsq",
+    spark: Any,
+    nsqd: Daemon,
+    topic: str,
+    work: Path,
+    args: argparse.Namespace,
+    source: str = "nsq",
     files_dir: Path | None = None,
 ) -> dict[str, Any]:
     """One query over ``source`` until --count rows: with ``--pipeline archive`` (and always
@@ -482,7 +515,12 @@ def run_source(
 
 
 def _run_archive(
-    spark: Any, nsqd: Daemon, topic: str, work: Path, args: argparse.Namespace, source: str,
+    spark: Any,
+    nsqd: Daemon,
+    topic: str,
+    work: Path,
+    args: argparse.Namespace,
+    source: str,
     files_dir: Path | None,
 ) -> tuple[Path, Any]:
     from nsqpy.spark.jobs import runner
@@ -527,11 +565,7 @@ def _run_spark_sink(
         .load()
     )
     w = df.writeStream.format("parquet").option("path", str(out)) if out else df.writeStream.format("noop")
-    q = (
-        w.option("checkpointLocation", str(work / "checkpoint"))
-        .trigger(availableNow=True)
-        .start()
-    )
+    q = w.option("checkpointLocation", str(work / "checkpoint")).trigger(availableNow=True).start()
     q.awaitTermination()
     if q.exception() is not None:
         raise RuntimeError(f"source query failed: {q.exception()}")
@@ -554,12 +588,22 @@ def run_sink(spark: Any, nsqd: Daemon, topic: str, args: argparse.Namespace) -> 
     w.option("topic", f"{topic}_warmup").save()
     df = spark.range(0, args.count, 1, args.num_partitions).selectExpr(body)
     t0 = time.perf_counter()
-    (df.write.format("nsq").option("topic", topic).option("nsqdTcpAddresses", nsqd.tcp)
-     .options(**conn).mode("append").save())
+    (
+        df.write.format("nsq")
+        .option("topic", topic)
+        .option("nsqdTcpAddresses", nsqd.tcp)
+        .options(**conn)
+        .mode("append")
+        .save()
+    )
     wall = time.perf_counter() - t0
     published = int(topic_stats(nsqd, topic).get("message_count", 0))
-    return {"rows": args.count, "published": published, "seconds": round(wall, 2),
-            "rows_per_s": round(args.count / wall)}
+    return {
+        "rows": args.count,
+        "published": published,
+        "seconds": round(wall, 2),
+        "rows_per_s": round(args.count / wall),
+    }
 
 
 def run_copies(nsqd: Daemon, topic: str, work: Path, args: argparse.Namespace) -> dict[str, Any]:
@@ -575,13 +619,25 @@ def run_copies(nsqd: Daemon, topic: str, work: Path, args: argparse.Namespace) -
         t0 = time.perf_counter()
         for k in range(args.copies):
             log = open(work / f"copy-{k}.log", "w")
-            procs.append(subprocess.Popen(
-                [str(script), "archive", f"--topic={topic}", f"--nsqd-tcp-address={nsqd.tcp}",
-                 f"--output-dir={out}", f"--checkpoint-dir={work / f'ck{k}'}",
-                 f"--max-records-per-batch={args.max_records_per_batch}", "--available-now",
-                 f"--master={args.master}", *consumer_opts(args, nsqd)],
-                stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
-            ))
+            procs.append(
+                subprocess.Popen(
+                    [
+                        str(script),
+                        "archive",
+                        f"--topic={topic}",
+                        f"--nsqd-tcp-address={nsqd.tcp}",
+                        f"--output-dir={out}",
+                        f"--checkpoint-dir={work / f'ck{k}'}",
+                        f"--max-records-per-batch={args.max_records_per_batch}",
+                        "--available-now",
+                        f"--master={args.master}",
+                        *consumer_opts(args, nsqd),
+                    ],
+                    stdin=subprocess.DEVNULL,
+                    stdout=log,
+                    stderr=subprocess.STDOUT,
+                )
+            )
         codes = [p.wait() for p in procs]
         wall = time.perf_counter() - t0
     if any(codes):
@@ -593,11 +649,16 @@ def run_copies(nsqd: Daemon, topic: str, work: Path, args: argparse.Namespace) -
         m = [line for line in text.splitlines() if "nsq_spark archive: rows in" in line]
         shares.append(int(m[-1].split("rows in ")[1].split(",")[0]) if m else 0)
     return {
-        "copies": args.copies, "rows": table.num_rows, "parquet_rows": table.num_rows,
-        "distinct_ids": len(set(table.column("id").to_pylist())), "shares": shares,
-        "seconds": round(wall, 2), "rows_per_s": round(table.num_rows / wall),
+        "copies": args.copies,
+        "rows": table.num_rows,
+        "parquet_rows": table.num_rows,
+        "distinct_ids": len(set(table.column("id").to_pylist())),
+        "shares": shares,
+        "seconds": round(wall, 2),
+        "rows_per_s": round(table.num_rows / wall),
         "cpu_per_1m": per_million(cpu.by_group(), table.num_rows),
-        "loadavg": load.loadavg, "steal_pct": load.steal,
+        "loadavg": load.loadavg,
+        "steal_pct": load.steal,
     }
 
 
@@ -629,42 +690,86 @@ def build_parser() -> argparse.ArgumentParser:
     ap.add_argument("--size", type=int, default=100, help="message size in bytes (default 100)")
     ap.add_argument("--smoke", action="store_true", help="a small run (--count 20000) for CI")
     ap.add_argument("--master", default="local[2]")
-    ap.add_argument("--source", choices=(*SOURCES, "all"), default="nsq",
-                    help="nsq (default), Spark's rate or files source into the same archive query, "
-                    "or all three (each cold and warm in a JVM of its own) with their ratios")
-    ap.add_argument("--pipeline", choices=("archive", "parquet", "noop", "runtime"), default="archive",
-                    help="for --source nsq: archive: nsq_spark archive's query (default); parquet: "
-                    "Spark's file sink; noop: Spark's noop sink; runtime: the source's I/O threads "
-                    "alone, no Spark")
-    ap.add_argument("--prefill", action="store_true",
-                    help="put the messages in the spool as chunk files instead of publishing them")
-    ap.add_argument("--prefill-chunk-rows", type=int, default=1250,
-                    help="rows per prefilled chunk (default 1250: what the source cuts at a 2500 window)")
-    ap.add_argument("--max-records-per-batch", type=int, default=100_000,
-                    help="rows per micro-batch: the nsq source's maxRecordsPerBatch, the rate "
-                    "source's rowsPerBatch, the files' rows per file (default 100000)")
-    ap.add_argument("--num-partitions", type=int, default=2,
-                    help="source numPartitions (--pipeline parquet, rate) / sink tasks")
+    ap.add_argument(
+        "--source",
+        choices=(*SOURCES, "all"),
+        default="nsq",
+        help="nsq (default), Spark's rate or files source into the same archive query, "
+        "or all three (each cold and warm in a JVM of its own) with their ratios",
+    )
+    ap.add_argument(
+        "--pipeline",
+        choices=("archive", "parquet", "noop", "runtime"),
+        default="archive",
+        help="for --source nsq: archive: nsq_spark archive's query (default); parquet: "
+        "Spark's file sink; noop: Spark's noop sink; runtime: the source's I/O threads "
+        "alone, no Spark",
+    )
+    ap.add_argument(
+        "--prefill",
+        action="store_true",
+        help="put the messages in the spool as chunk files instead of publishing them",
+    )
+    ap.add_argument(
+        "--prefill-chunk-rows",
+        type=int,
+        default=1250,
+        help="rows per prefilled chunk (default 1250: what the source cuts at a 2500 window)",
+    )
+    ap.add_argument(
+        "--max-records-per-batch",
+        type=int,
+        default=100_000,
+        help="rows per micro-batch: the nsq source's maxRecordsPerBatch, the rate "
+        "source's rowsPerBatch, the files' rows per file (default 100000)",
+    )
+    ap.add_argument(
+        "--num-partitions",
+        type=int,
+        default=2,
+        help="source numPartitions (--pipeline parquet, rate) / sink tasks",
+    )
     ap.add_argument("--nsqd-bin", default=default_nsqd_bin())
-    ap.add_argument("--warmup", action="store_true",
-                    help="run an untimed 10k-row query of the same source first (a warm session)")
-    ap.add_argument("--warm", action="store_true",
-                    help="after the (cold) query, run the same again in the same session and report both")
+    ap.add_argument(
+        "--warmup",
+        action="store_true",
+        help="run an untimed 10k-row query of the same source first (a warm session)",
+    )
+    ap.add_argument(
+        "--warm",
+        action="store_true",
+        help="after the (cold) query, run the same again in the same session and report both",
+    )
     ap.add_argument("--skip-sink", action="store_true")
     ap.add_argument("--skip-source", action="store_true")
-    ap.add_argument("--conf", action="append", default=[], metavar="KEY=VALUE",
-                    help="extra Spark configuration for the session (repeatable)")
-    ap.add_argument("--tls", action="store_true",
-                    help="TLS on every connection (a throwaway CA; nsqd gets its certificate)")
+    ap.add_argument(
+        "--conf",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="extra Spark configuration for the session (repeatable)",
+    )
+    ap.add_argument(
+        "--tls",
+        action="store_true",
+        help="TLS on every connection (a throwaway CA; nsqd gets its certificate)",
+    )
     ap.add_argument("--snappy", action="store_true", help="snappy compression on every connection")
     ap.add_argument("--deflate", action="store_true", help="deflate compression on every connection")
     ap.add_argument("--deflate-level", type=int, default=6, help="deflate level in [1,9] (6)")
-    ap.add_argument("--copies", type=int, default=0,
-                    help="scale-out: run N copies of `nsq_spark archive --available-now` (each its own "
-                    "application, checkpoint and spool) on one channel into one output; rows/s from "
-                    "the first start to the last exit, JVM starts included")
-    ap.add_argument("--processes", action="store_true",
-                    help="list every process of a query with its group and CPU seconds")
+    ap.add_argument(
+        "--copies",
+        type=int,
+        default=0,
+        help="scale-out: run N copies of `nsq_spark archive --available-now` (each its own "
+        "application, checkpoint and spool) on one channel into one output; rows/s from "
+        "the first start to the last exit, JVM starts included",
+    )
+    ap.add_argument(
+        "--processes",
+        action="store_true",
+        help="list every process of a query with its group and CPU seconds",
+    )
     ap.add_argument("--json", action="store_true", help="print the results as one JSON line too")
     ap.add_argument("--keep", action="store_true", help="keep the work directory")
     return ap
@@ -693,14 +798,29 @@ def main(argv: list[str] | None = None) -> int:
         return compare(args, argv if argv is not None else sys.argv[1:])
 
     work = Path(tempfile.mkdtemp(prefix="bench_spark-"))
-    nsqd = Daemon(argparse.Namespace(
-        nsqd_bin=args.nsqd_bin, data_path=None, mem_queue_size=3 * args.count + 30_000, nsqd_arg=[],
-        startup_timeout=20.0, stop_timeout=10.0, tls=args.tls, deflate=args.deflate,
-        deflate_level=args.deflate_level,
-    ), work)
+    nsqd = Daemon(
+        argparse.Namespace(
+            nsqd_bin=args.nsqd_bin,
+            data_path=None,
+            mem_queue_size=3 * args.count + 30_000,
+            nsqd_arg=[],
+            startup_timeout=20.0,
+            stop_timeout=10.0,
+            tls=args.tls,
+            deflate=args.deflate,
+            deflate_level=args.deflate_level,
+        ),
+        work,
+    )
     nsqd.start()
-    results: dict[str, Any] = {"count": args.count, "size": args.size, "master": args.master,
-                               "tls": args.tls, "snappy": args.snappy, "deflate": args.deflate}
+    results: dict[str, Any] = {
+        "count": args.count,
+        "size": args.size,
+        "master": args.master,
+        "tls": args.tls,
+        "snappy": args.snappy,
+        "deflate": args.deflate,
+    }
     failures: list[str] = []
     try:
         runs = ["cold", "warm"] if args.warm else ["cold"]
@@ -724,20 +844,29 @@ def main(argv: list[str] | None = None) -> int:
                     prepublish(nsqd, "bench_warmup", 10_000, args.size, conn)
                 else:
                     write_files(work / "warmup" / "input", "bench_warmup", 10_000, args.size, 10_000)
-            what = {"nsq": "prefilled the spool with" if args.prefill else "pre-published",
-                    "files": "wrote Parquet files of", "rate": "nothing to prepare for"}[source]
-            print(f"# {what} {len(runs)} x {args.count} x {args.size} B in "
-                  f"{time.perf_counter() - t0:.1f}s", flush=True)
+            what = {
+                "nsq": "prefilled the spool with" if args.prefill else "pre-published",
+                "files": "wrote Parquet files of",
+                "rate": "nothing to prepare for",
+            }[source]
+            print(
+                f"# {what} {len(runs)} x {args.count} x {args.size} B in {time.perf_counter() - t0:.1f}s",
+                flush=True,
+            )
         if args.copies:
             res = run_copies(nsqd, "bench_cold", work, args)
             results["copies"] = res
-            print(f"[source nsq, {args.copies} archive copies on one channel] {res['rows']} rows in "
-                  f"{res['seconds']}s (JVM starts included): {res['rows_per_s']} rows/s; shares "
-                  f"{res['shares']}; CPU-s per 1M rows {res['cpu_per_1m']}; load {res['loadavg']}, "
-                  f"host steal {res['steal_pct']}%", flush=True)
+            print(
+                f"[source nsq, {args.copies} archive copies on one channel] {res['rows']} rows in "
+                f"{res['seconds']}s (JVM starts included): {res['rows_per_s']} rows/s; shares "
+                f"{res['shares']}; CPU-s per 1M rows {res['cpu_per_1m']}; load {res['loadavg']}, "
+                f"host steal {res['steal_pct']}%",
+                flush=True,
+            )
             if res["rows"] != args.count or res["distinct_ids"] != res["rows"]:
-                failures.append(f"copies: {res['rows']} rows, {res['distinct_ids']} distinct, "
-                                f"expected {args.count}")
+                failures.append(
+                    f"copies: {res['rows']} rows, {res['distinct_ids']} distinct, expected {args.count}"
+                )
             return _finish(args, results, failures, nsqd, work)
         runtime = not args.skip_source and source == "nsq" and args.pipeline == "runtime"
         if runtime:
@@ -768,10 +897,10 @@ def main(argv: list[str] | None = None) -> int:
         spark = make_session(args.master, app_name="bench_spark", conf=conf)
         print(f"# SparkSession {args.master} in {time.perf_counter() - t0:.1f}s", flush=True)
         if not args.skip_source and not runtime and args.warmup:
-            warm_args = argparse.Namespace(**{**vars(args), "count": 10_000,
-                                              "max_records_per_batch": 10_000})
-            run_source(spark, nsqd, "bench_warmup", work / "warmup", warm_args, source,
-                       work / "warmup" / "input")
+            warm_args = argparse.Namespace(**{**vars(args), "count": 10_000, "max_records_per_batch": 10_000})
+            run_source(
+                spark, nsqd, "bench_warmup", work / "warmup", warm_args, source, work / "warmup" / "input"
+            )
             print("# warm-up query done (10000 rows, not timed)", flush=True)
         if not args.skip_source and not runtime:
             for run in runs:
@@ -813,8 +942,15 @@ def compare(args: argparse.Namespace, argv: list[str]) -> int:
     results: dict[str, Any] = {}
     failures: list[str] = []
     for source in SOURCES:
-        cmd = [sys.executable, str(Path(__file__).resolve()), *base, f"--source={source}", "--warm",
-               "--skip-sink", "--json"]
+        cmd = [
+            sys.executable,
+            str(Path(__file__).resolve()),
+            *base,
+            f"--source={source}",
+            "--warm",
+            "--skip-sink",
+            "--json",
+        ]
         print(f"# {' '.join(cmd[1:])}", flush=True)
         r = subprocess.run(cmd, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, text=True)
         lines = r.stdout.splitlines()
@@ -840,20 +976,28 @@ def compare(args: argparse.Namespace, argv: list[str]) -> int:
                     a, b = nsq[key].get(metric), o[key].get(metric)
                     row[f"{metric}_{run}"] = round(a / b, 2) if a and b else None
             table.append(row)
-    print("\n| source | overall rows/s cold / warm | steady rows/s cold / warm | first batch rows (s) cold "
-          "| CPU-s per 1M rows cold: JVM, nsqd, runner, read workers, planners, driver; the source's own |")
+    print(
+        "\n| source | overall rows/s cold / warm | steady rows/s cold / warm | first batch rows (s) cold "
+        "| CPU-s per 1M rows cold: JVM, nsqd, runner, read workers, planners, driver; the source's own |"
+    )
     print("|---|---|---|---|---|")
     for source, doc in results.items():
         c, w = doc["source"], doc["source_warm"]
         g = c["cpu_per_1m"]
-        cpu = " / ".join(str(g.get(k, 0.0)) for k in ("jvm", "nsqd", "source runner", "read workers",
-                                                       "planners", "driver python"))
-        print(f"| {source} | {c['rows_per_s']} / {w['rows_per_s']} | {c['steady_rows_per_s']} / "
-              f"{w['steady_rows_per_s']} | {c['first_batch_rows']} ({c['first_batch_s']}) | {cpu}; "
-              f"{g['source']} |")
+        cpu = " / ".join(
+            str(g.get(k, 0.0))
+            for k in ("jvm", "nsqd", "source runner", "read workers", "planners", "driver python")
+        )
+        print(
+            f"| {source} | {c['rows_per_s']} / {w['rows_per_s']} | {c['steady_rows_per_s']} / "
+            f"{w['steady_rows_per_s']} | {c['first_batch_rows']} ({c['first_batch_s']}) | {cpu}; "
+            f"{g['source']} |"
+        )
     for row in table:
-        print(f"nsq / {row['vs']}: overall {row['rows_per_s_cold']} cold, {row['rows_per_s_warm']} warm; "
-              f"steady {row['steady_rows_per_s_cold']} cold, {row['steady_rows_per_s_warm']} warm")
+        print(
+            f"nsq / {row['vs']}: overall {row['rows_per_s_cold']} cold, {row['rows_per_s_warm']} warm; "
+            f"steady {row['steady_rows_per_s_cold']} cold, {row['steady_rows_per_s_warm']} warm"
+        )
     print(f"load average {[round(x, 2) for x in os.getloadavg()]}")
     if args.json:
         print(json.dumps({"sources": results, "ratios": table, "failures": failures}))

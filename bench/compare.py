@@ -69,15 +69,26 @@ def wait_quiet(limit: float, patience: float) -> float:
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="bench/compare.py", description=__doc__.splitlines()[0])
-    p.add_argument("--daemon", action="append", required=True, metavar="LABEL=CMD",
-                   help="a daemon to compare (repeat; the first is the reference)")
+    p.add_argument(
+        "--daemon",
+        action="append",
+        required=True,
+        metavar="LABEL=CMD",
+        help="a daemon to compare (repeat; the first is the reference)",
+    )
     p.add_argument("--rounds", type=int, default=3, help="runs per daemon (median reported)")
     p.add_argument("--pause", type=float, default=2.0, help="seconds between runs")
-    p.add_argument("--quiet-below", type=float, default=0.0, metavar="SHARE",
-                   help="before each run, wait until the machine's CPU is less than this busy "
-                        "(0.15 = 15%%; other processes' load skews latency most)")
-    p.add_argument("--quiet-wait", type=float, default=300.0,
-                   help="longest wait for --quiet-below, in seconds")
+    p.add_argument(
+        "--quiet-below",
+        type=float,
+        default=0.0,
+        metavar="SHARE",
+        help="before each run, wait until the machine's CPU is less than this busy "
+        "(0.15 = 15%%; other processes' load skews latency most)",
+    )
+    p.add_argument(
+        "--quiet-wait", type=float, default=300.0, help="longest wait for --quiet-below, in seconds"
+    )
     p.add_argument("--json", action="store_true", help="print the results as one JSON line too")
     p.add_argument("run_args", nargs="*", help="arguments for run.py (after --)")
     args = p.parse_args(argv)
@@ -97,11 +108,12 @@ def main(argv: list[str] | None = None) -> int:
             busy = wait_quiet(args.quiet_below, args.quiet_wait) if args.quiet_below else None
             load = os.getloadavg()[0]
             loads[label].append(load)
-            cmd = [sys.executable, str(BENCH / "run.py"), f"--nsqd-bin={exe}", "--json",
-                   *args.run_args]
-            print(f"# round {rnd + 1}/{args.rounds} {label}: load {load:.2f}"
-                  + (f", cpu busy {busy * 100:.0f}% before" if busy is not None else ""),
-                  flush=True)
+            cmd = [sys.executable, str(BENCH / "run.py"), f"--nsqd-bin={exe}", "--json", *args.run_args]
+            print(
+                f"# round {rnd + 1}/{args.rounds} {label}: load {load:.2f}"
+                + (f", cpu busy {busy * 100:.0f}% before" if busy is not None else ""),
+                flush=True,
+            )
             proc = subprocess.run(cmd, capture_output=True, text=True)
             summary = None
             for line in proc.stdout.splitlines():
@@ -121,8 +133,10 @@ def main(argv: list[str] | None = None) -> int:
                     print(f"#   latency p50 {row.get('p50_ms')} p99 {row.get('p99_ms')} ms")
                 else:
                     cpu = row.get("nsqd_cpu")
-                    print(f"#   {row['phase']} {row['test']}: {row['ops_per_s']:.0f} msgs/s"
-                          + (f", nsqd cpu {cpu * 100:.0f}%" if cpu is not None else ""))
+                    print(
+                        f"#   {row['phase']} {row['test']}: {row['ops_per_s']:.0f} msgs/s"
+                        + (f", nsqd cpu {cpu * 100:.0f}%" if cpu is not None else "")
+                    )
             time.sleep(args.pause)
     ref = daemons[0][0]
     keys = list(results[ref])
@@ -131,8 +145,7 @@ def main(argv: list[str] | None = None) -> int:
     print(f"\n== medians of {args.rounds} alternating run(s): run.py {' '.join(args.run_args)}")
     out: dict = {"run_args": args.run_args, "rounds": args.rounds, "daemons": {}}
     for label, exe in daemons:
-        print(f"   {label}: {exe}  (load before runs: "
-              f"{', '.join(f'{x:.2f}' for x in loads[label])})")
+        print(f"   {label}: {exe}  (load before runs: {', '.join(f'{x:.2f}' for x in loads[label])})")
         out["daemons"][label] = {"bin": exe, "loads": loads[label], "phases": {}}
     print(f"{'phase':<11} {'test':<4} " + " ".join(f"{label:>22}" for label, _ in daemons))
     for key in keys:

@@ -54,9 +54,22 @@ def build_args(argv: list[str] | None = None) -> argparse.Namespace:
 
 def spy(args: argparse.Namespace, pid: int, out: Path, seconds: float) -> subprocess.Popen:
     exe = args.py_spy or str(Path(sys.executable).with_name("py-spy"))
-    cmd = [exe, "record", "--pid", str(pid), "--rate", str(args.rate), "--format", "raw",
-           "--function", "--nonblocking", "--duration", str(max(1, round(seconds))),
-           "--output", str(out)]
+    cmd = [
+        exe,
+        "record",
+        "--pid",
+        str(pid),
+        "--rate",
+        str(args.rate),
+        "--format",
+        "raw",
+        "--function",
+        "--nonblocking",
+        "--duration",
+        str(max(1, round(seconds))),
+        "--output",
+        str(out),
+    ]
     return subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
 
 
@@ -99,8 +112,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         if args.concurrent:
             out = workdir / "concurrent.txt"
-            reader = start_tool("bench_reader", [*common, "--channel=ch",
-                                                 f"--procs={args.reader_procs}"])
+            reader = start_tool("bench_reader", [*common, "--channel=ch", f"--procs={args.reader_procs}"])
             writer = start_tool("bench_writer", [*common, f"--procs={args.writer_procs}"])
             time.sleep(1.0)  # connections and handshakes out of the profile
             s = spy(args, daemon.pid, out, args.runfor - 1.5)
@@ -113,14 +125,22 @@ def main(argv: list[str] | None = None) -> int:
             writer = start_tool("bench_writer", [*common, f"--procs={args.writer_procs}"])
             time.sleep(0.5)
             s = spy(args, daemon.pid, out, args.runfor - 1.0)
-            rc, w = finish_tool("bench_writer", writer, args.runfor + 120)
+            _rc, w = finish_tool("bench_writer", writer, args.runfor + 120)
             s.wait()
             phases.append(("PUB (bench_writer)", out))
             written = w.get("msgs", 0)
             out = workdir / "sub.txt"
-            reader = start_tool("bench_reader", [*common, "--channel=ch", f"--count={written}",
-                                                 "--runfor=120s", "--idle-timeout=5s",
-                                                 f"--procs={args.reader_procs}"])
+            reader = start_tool(
+                "bench_reader",
+                [
+                    *common,
+                    "--channel=ch",
+                    f"--count={written}",
+                    "--runfor=120s",
+                    "--idle-timeout=5s",
+                    f"--procs={args.reader_procs}",
+                ],
+            )
             time.sleep(0.5)
             # the reader drains what the writer published: profile about as long
             s = spy(args, daemon.pid, out, max(1.0, args.runfor - 1.0))

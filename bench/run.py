@@ -44,30 +44,48 @@ def build_args(argv: list[str] | None = None) -> argparse.Namespace:
     p = argparse.ArgumentParser(prog="bench/run.py", description=__doc__.splitlines()[0])
     d = p.add_argument_group("daemon")
     d.add_argument("--nsqd-bin", default=None, help="nsqd executable (default: the venv's nsqd)")
-    d.add_argument("--no-start", action="store_true",
-                   help="use a running nsqd at --nsqd-tcp-address")
+    d.add_argument("--no-start", action="store_true", help="use a running nsqd at --nsqd-tcp-address")
     d.add_argument("--nsqd-tcp-address", default="127.0.0.1:4150", help="with --no-start")
     d.add_argument("--mem-queue-size", type=int, default=1_000_000, help="nsqd --mem-queue-size")
-    d.add_argument("--data-path", default=None,
-                   help="nsqd --data-path (default: a temp dir, removed after)")
-    d.add_argument("--nsqd-arg", action="append", default=[], metavar="ARG",
-                   help="extra argument for nsqd (repeatable), "
-                        "e.g. --nsqd-arg=--max-rdy-count=10000")
+    d.add_argument("--data-path", default=None, help="nsqd --data-path (default: a temp dir, removed after)")
+    d.add_argument(
+        "--nsqd-arg",
+        action="append",
+        default=[],
+        metavar="ARG",
+        help="extra argument for nsqd (repeatable), e.g. --nsqd-arg=--max-rdy-count=10000",
+    )
     d.add_argument("--startup-timeout", type=nb.parse_duration, default=20.0)
-    d.add_argument("--stop-timeout", type=nb.parse_duration, default=30.0,
-                   help="wait this long after SIGTERM before SIGKILL")
+    d.add_argument(
+        "--stop-timeout",
+        type=nb.parse_duration,
+        default=30.0,
+        help="wait this long after SIGTERM before SIGKILL",
+    )
     d.add_argument("--keep-data", action="store_true", help="keep the temp dir (data and nsqd.log)")
     w = p.add_argument_group("load")
-    w.add_argument("--mode", choices=("sequential", "concurrent", "all", "latency"),
-                   default="sequential",
-                   help="throughput phases to run: sequential, concurrent, all (both), "
-                        "latency (none: only the latency test)")
-    w.add_argument("--runfor", type=nb.parse_duration, default=10.0,
-                   help="writer run time (and concurrent reader)")
-    w.add_argument("--reader-runfor", type=nb.parse_duration, default=60.0,
-                   help="sequential reader cap; it normally stops once everything written was read")
-    w.add_argument("--idle-timeout", type=nb.parse_duration, default=5.0,
-                   help="sequential reader stops after this long without messages")
+    w.add_argument(
+        "--mode",
+        choices=("sequential", "concurrent", "all", "latency"),
+        default="sequential",
+        help="throughput phases to run: sequential, concurrent, all (both), "
+        "latency (none: only the latency test)",
+    )
+    w.add_argument(
+        "--runfor", type=nb.parse_duration, default=10.0, help="writer run time (and concurrent reader)"
+    )
+    w.add_argument(
+        "--reader-runfor",
+        type=nb.parse_duration,
+        default=60.0,
+        help="sequential reader cap; it normally stops once everything written was read",
+    )
+    w.add_argument(
+        "--idle-timeout",
+        type=nb.parse_duration,
+        default=5.0,
+        help="sequential reader stops after this long without messages",
+    )
     w.add_argument("--size", type=int, default=100)
     w.add_argument("--batch-size", type=int, default=200)
     w.add_argument("--pipeline", type=int, default=4)
@@ -78,26 +96,38 @@ def build_args(argv: list[str] | None = None) -> argparse.Namespace:
     lat = p.add_argument_group("latency")
     lat.add_argument("--no-latency", action="store_true")
     lat.add_argument("--latency-rate", type=float, default=10000.0)
-    lat.add_argument("--latency-runfor", type=nb.parse_duration, default=None,
-                     help="default: --runfor")
+    lat.add_argument("--latency-runfor", type=nb.parse_duration, default=None, help="default: --runfor")
     lat.add_argument("--latency-size", type=int, default=None, help="default: --size")
-    lat.add_argument("--latency-buffering", choices=("off", "default"), default="off",
-                     help="the latency consumer's output buffering: off (IDENTIFY -1, every "
-                          "message flushed at once) or nsqd's default (16 KiB / 250 ms)")
+    lat.add_argument(
+        "--latency-buffering",
+        choices=("off", "default"),
+        default="off",
+        help="the latency consumer's output buffering: off (IDENTIFY -1, every "
+        "message flushed at once) or nsqd's default (16 KiB / 250 ms)",
+    )
     up = p.add_argument_group("connection upgrades (every tool connection)")
-    up.add_argument("--tls", action="store_true",
-                    help="TLS: start nsqd with a throwaway CA-signed certificate "
-                         "(--tls-cert/--tls-key) and verify it against that CA in the tools")
-    up.add_argument("--tls-root-ca-file", default="",
-                    help="with --no-start --tls: CA to verify the running nsqd with "
-                         "(default: no verification)")
+    up.add_argument(
+        "--tls",
+        action="store_true",
+        help="TLS: start nsqd with a throwaway CA-signed certificate "
+        "(--tls-cert/--tls-key) and verify it against that CA in the tools",
+    )
+    up.add_argument(
+        "--tls-root-ca-file",
+        default="",
+        help="with --no-start --tls: CA to verify the running nsqd with (default: no verification)",
+    )
     up.add_argument("--snappy", action="store_true", help="snappy compression")
     up.add_argument("--deflate", action="store_true", help="deflate compression")
-    up.add_argument("--deflate-level", type=int, default=6,
-                    help="deflate level in [1,9] (6); above 6 the started nsqd gets "
-                         "--max-deflate-level to match")
-    p.add_argument("--smoke", action="store_true",
-                   help="short run of every test (1s, small counts, mode all) for CI")
+    up.add_argument(
+        "--deflate-level",
+        type=int,
+        default=6,
+        help="deflate level in [1,9] (6); above 6 the started nsqd gets --max-deflate-level to match",
+    )
+    p.add_argument(
+        "--smoke", action="store_true", help="short run of every test (1s, small counts, mode all) for CI"
+    )
     p.add_argument("--json", action="store_true", help="print the summary as one JSON line too")
     args = p.parse_args(nb.go_flags(argv))
     nb.check_upgrade_args(p, args)
@@ -236,8 +266,11 @@ class Daemon:
             except ImportError as exc:
                 raise RuntimeError(f"--tls needs the cryptography package ({exc})") from exc
             # the HTTPS listener comes with a certificate: on a free port, not 0.0.0.0:4152
-            cmd += [f"--tls-cert={pki.server_cert}", f"--tls-key={pki.server_key}",
-                    "--https-address=127.0.0.1:0"]
+            cmd += [
+                f"--tls-cert={pki.server_cert}",
+                f"--tls-key={pki.server_key}",
+                "--https-address=127.0.0.1:0",
+            ]
             self.tls_ca = pki.ca_cert
         level = getattr(self.args, "deflate_level", 6)
         if getattr(self.args, "deflate", False) and level > 6:  # nsqd's default maximum
@@ -245,9 +278,7 @@ class Daemon:
         cmd += self.args.nsqd_arg
         print("# starting " + " ".join(cmd), flush=True)
         self.log = open(self.log_path, "wb")
-        self.proc = subprocess.Popen(
-            cmd, stdin=subprocess.DEVNULL, stdout=self.log, stderr=subprocess.STDOUT
-        )
+        self.proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=self.log, stderr=subprocess.STDOUT)
         deadline = time.monotonic() + self.args.startup_timeout
         # both listeners up means startup work is over, so it does not count against phase
         # one; the HTTP one must answer /ping (our nsqd starts its HTTP server with the first
@@ -272,9 +303,7 @@ class Daemon:
                 except OSError:
                     pass
                 if time.monotonic() > deadline:
-                    raise RuntimeError(
-                        f"nsqd did not listen on {addr} within {self.args.startup_timeout}s"
-                    )
+                    raise RuntimeError(f"nsqd did not listen on {addr} within {self.args.startup_timeout}s")
                 time.sleep(0.05)
 
     def _wait_for_log(self, lines: tuple[str, ...], deadline: float) -> None:
@@ -361,9 +390,7 @@ def finish_tool(tool: str, proc: subprocess.Popen, timeout: float) -> tuple[int,
 
 
 def start_tool(tool: str, argv: list[str]) -> subprocess.Popen:
-    return subprocess.Popen(
-        tool_cmd(tool, argv), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
-    )
+    return subprocess.Popen(tool_cmd(tool, argv), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
 
 
 class Runner:
@@ -395,38 +422,65 @@ class Runner:
 
     def writer_argv(self, topic: str) -> list[str]:
         a = self.args
-        argv = [f"--nsqd-tcp-address={self.tcp}", f"--topic={topic}", f"--runfor={a.runfor}",
-                f"--size={a.size}", f"--batch-size={a.batch_size}", f"--procs={a.writer_procs}",
-                f"--pipeline={a.pipeline}", *self.upgrade_argv()]
+        argv = [
+            f"--nsqd-tcp-address={self.tcp}",
+            f"--topic={topic}",
+            f"--runfor={a.runfor}",
+            f"--size={a.size}",
+            f"--batch-size={a.batch_size}",
+            f"--procs={a.writer_procs}",
+            f"--pipeline={a.pipeline}",
+            *self.upgrade_argv(),
+        ]
         if a.count:
             argv.append(f"--count={a.count}")
         return argv
 
-    def reader_argv(
-        self, topic: str, runfor: float, count: int = 0, idle: float = 0.0
-    ) -> list[str]:
+    def reader_argv(self, topic: str, runfor: float, count: int = 0, idle: float = 0.0) -> list[str]:
         a = self.args
-        argv = [f"--nsqd-tcp-address={self.tcp}", f"--topic={topic}", "--channel=ch",
-                f"--runfor={runfor}", f"--size={a.size}", f"--rdy={a.rdy}",
-                f"--procs={a.reader_procs}", *self.upgrade_argv()]
+        argv = [
+            f"--nsqd-tcp-address={self.tcp}",
+            f"--topic={topic}",
+            "--channel=ch",
+            f"--runfor={runfor}",
+            f"--size={a.size}",
+            f"--rdy={a.rdy}",
+            f"--procs={a.reader_procs}",
+            *self.upgrade_argv(),
+        ]
         if count:
             argv.append(f"--count={count}")
         if idle:
             argv.append(f"--idle-timeout={idle}")
         return argv
 
-    def row(self, phase: str, test: str, rc: int, data: dict, cpu0: float | None,
-            busy_s: float | None = None, **extra) -> dict:
+    def row(
+        self,
+        phase: str,
+        test: str,
+        rc: int,
+        data: dict,
+        cpu0: float | None,
+        busy_s: float | None = None,
+        **extra,
+    ) -> dict:
         """Record one result. nsqd cpu = daemon CPU seconds used while the tool ran, divided
         by the tool's measured duration (busy_s overrides it), so 100% is one full core."""
         cpu1 = self.cpu()
         busy = busy_s if busy_s is not None else data.get("duration_s") or 0.0
         if not data.get("msgs") or busy < 0.5:
             busy = 0.0  # nothing happened, or too short to tell: the figure would be noise
-        r = {"phase": phase, "test": test, "rc": rc, "msgs": data.get("msgs", 0),
-             "ops_per_s": data.get("ops_per_s", 0.0), "mb_per_s": data.get("mb_per_s", 0.0),
-             "duration_s": data.get("duration_s", 0.0),
-             "nsqd_cpu": None, "upgrade": data.get("negotiated", "")}
+        r = {
+            "phase": phase,
+            "test": test,
+            "rc": rc,
+            "msgs": data.get("msgs", 0),
+            "ops_per_s": data.get("ops_per_s", 0.0),
+            "mb_per_s": data.get("mb_per_s", 0.0),
+            "duration_s": data.get("duration_s", 0.0),
+            "nsqd_cpu": None,
+            "upgrade": data.get("negotiated", ""),
+        }
         if cpu0 is not None and cpu1 is not None and busy > 0:
             r["nsqd_cpu"] = (cpu1 - cpu0) / busy
         r.update(extra)
@@ -468,16 +522,13 @@ class Runner:
         self.row("sequential", "SUB", rc, r, cpu0, expected=written, stop=",".join(reasons))
         self.check_daemon("sequential SUB")
         if rc == 0 and got < written:
-            msg = (f"sequential SUB: read {got} of {written} messages "
-                   f"(stopped by {','.join(reasons)})")
+            msg = f"sequential SUB: read {got} of {written} messages (stopped by {','.join(reasons)})"
             if "idle" in reasons:
                 self.failures.append(msg + f": nothing arrived for {a.idle_timeout}s")
             else:
                 self.warnings.append(msg + "; raise --reader-runfor to drain everything")
         elif got > written:
-            self.failures.append(
-                f"sequential SUB: read {got} messages but only {written} were published"
-            )
+            self.failures.append(f"sequential SUB: read {got} messages but only {written} were published")
 
     def concurrent(self) -> None:
         a = self.args
@@ -502,20 +553,30 @@ class Runner:
     def latency(self) -> None:
         a = self.args
         topic = "latency_bench" + self.suffix
-        print(f"# latency: {a.latency_rate:g} msgs/s of {a.latency_size}B "
-              f"for {a.latency_runfor}s on {topic}", flush=True)
-        argv = [f"--nsqd-tcp-address={self.tcp}", f"--topic={topic}", f"--rate={a.latency_rate}",
-                f"--runfor={a.latency_runfor}", f"--size={a.latency_size}",
-                *self.upgrade_argv()]
+        print(
+            f"# latency: {a.latency_rate:g} msgs/s of {a.latency_size}B for {a.latency_runfor}s on {topic}",
+            flush=True,
+        )
+        argv = [
+            f"--nsqd-tcp-address={self.tcp}",
+            f"--topic={topic}",
+            f"--rate={a.latency_rate}",
+            f"--runfor={a.latency_runfor}",
+            f"--size={a.latency_size}",
+            *self.upgrade_argv(),
+        ]
         if a.latency_buffering == "default":
             argv += ["--output-buffer-size=0", "--output-buffer-timeout=0"]
         cpu0 = self.cpu()
-        rc, d = finish_tool("bench_latency", start_tool("bench_latency", argv),
-                            a.latency_runfor + 120)
-        r = self.row("latency", "LAT", rc, {"msgs": d.get("count", 0), "errors": d.get("errors"),
-                                            "negotiated": d.get("negotiated", "")},
-                     cpu0,
-                     busy_s=(d.get("publisher") or {}).get("publish_s"))
+        rc, d = finish_tool("bench_latency", start_tool("bench_latency", argv), a.latency_runfor + 120)
+        r = self.row(
+            "latency",
+            "LAT",
+            rc,
+            {"msgs": d.get("count", 0), "errors": d.get("errors"), "negotiated": d.get("negotiated", "")},
+            cpu0,
+            busy_s=(d.get("publisher") or {}).get("publish_s"),
+        )
         for k in ("p50_ms", "p90_ms", "p99_ms", "p999_ms", "max_ms", "published", "received"):
             r[k] = d.get(k)
         r["rate"] = a.latency_rate
@@ -526,24 +587,25 @@ def fmt(v, spec: str, none: str = "-") -> str:
     return none if v is None else format(v, spec)
 
 
-def print_summary(
-    args: argparse.Namespace, runner: Runner, target: str, daemon: Daemon | None
-) -> None:
+def print_summary(args: argparse.Namespace, runner: Runner, target: str, daemon: Daemon | None) -> None:
     print()
     print(f"== nsqpy bench summary: {target}")
-    print(f"   size={args.size}B batch={args.batch_size} writer-procs={args.writer_procs} "
-          f"reader-procs={args.reader_procs} pipeline={args.pipeline} rdy={args.rdy}"
-          f"{f' mem-queue-size={args.mem_queue_size}' if daemon else ''}"
-          f"{' (smoke)' if args.smoke else ''}")
+    print(
+        f"   size={args.size}B batch={args.batch_size} writer-procs={args.writer_procs} "
+        f"reader-procs={args.reader_procs} pipeline={args.pipeline} rdy={args.rdy}"
+        f"{f' mem-queue-size={args.mem_queue_size}' if daemon else ''}"
+        f"{' (smoke)' if args.smoke else ''}"
+    )
     upgrade = nb.upgrade_name(args)
     negotiated = sorted({r["upgrade"] for r in runner.rows if r.get("upgrade")})
     if upgrade == "none":
         print("   upgrade=none (plain TCP)")
     else:  # what the tools report they negotiated (they fail if nsqd refuses an upgrade)
-        print(f"   upgrade={upgrade}, negotiated on every tool connection: "
-              f"{'; '.join(negotiated) or '-'}")
-    print(f"{'phase':<11} {'test':<4} {'msgs':>10} {'msgs/s':>12} {'MB/s':>9} {'secs':>7} "
-          f"{'nsqd cpu':>9}  notes")
+        print(f"   upgrade={upgrade}, negotiated on every tool connection: {'; '.join(negotiated) or '-'}")
+    print(
+        f"{'phase':<11} {'test':<4} {'msgs':>10} {'msgs/s':>12} {'MB/s':>9} {'secs':>7} "
+        f"{'nsqd cpu':>9}  notes"
+    )
     for r in runner.rows:
         if r["test"] == "LAT":
             continue
@@ -553,21 +615,24 @@ def print_summary(
         if r["rc"]:
             note = f"FAILED (rc={r['rc']}) " + note
         cpu = "-" if r["nsqd_cpu"] is None else f"{r['nsqd_cpu'] * 100:.0f}%"
-        print(f"{r['phase']:<11} {r['test']:<4} {r['msgs']:>10} {r['ops_per_s']:>12.1f} "
-              f"{r['mb_per_s']:>9.3f} {r['duration_s']:>7.2f} {cpu:>9}  {note}")
+        print(
+            f"{r['phase']:<11} {r['test']:<4} {r['msgs']:>10} {r['ops_per_s']:>12.1f} "
+            f"{r['mb_per_s']:>9.3f} {r['duration_s']:>7.2f} {cpu:>9}  {note}"
+        )
     for r in runner.rows:
         if r["test"] != "LAT":
             continue
-        print(f"latency     {r.get('rate') or 0:g} msgs/s (buffering {args.latency_buffering}): "
-              f"n={r['msgs']} "
-              f"p50={fmt(r.get('p50_ms'), '.3f')}ms "
-              f"p90={fmt(r.get('p90_ms'), '.3f')}ms p99={fmt(r.get('p99_ms'), '.3f')}ms "
-              f"p99.9={fmt(r.get('p999_ms'), '.3f')}ms max={fmt(r.get('max_ms'), '.3f')}ms"
-              f"{'' if r['nsqd_cpu'] is None else '  nsqd cpu %.0f%%' % (r['nsqd_cpu'] * 100)}"
-              f"{'  FAILED (rc=%d)' % r['rc'] if r['rc'] else ''}")
+        print(
+            f"latency     {r.get('rate') or 0:g} msgs/s (buffering {args.latency_buffering}): "
+            f"n={r['msgs']} "
+            f"p50={fmt(r.get('p50_ms'), '.3f')}ms "
+            f"p90={fmt(r.get('p90_ms'), '.3f')}ms p99={fmt(r.get('p99_ms'), '.3f')}ms "
+            f"p99.9={fmt(r.get('p999_ms'), '.3f')}ms max={fmt(r.get('max_ms'), '.3f')}ms"
+            f"{'' if r['nsqd_cpu'] is None else '  nsqd cpu %.0f%%' % (r['nsqd_cpu'] * 100)}"
+            f"{'  FAILED (rc=%d)' % r['rc'] if r['rc'] else ''}"
+        )
     if daemon and daemon.pid:
-        print(f"nsqd: pid {daemon.pid}, peak RSS {fmt(daemon.peak_rss, '.0f')} MB, "
-              f"{daemon.exit_note}")
+        print(f"nsqd: pid {daemon.pid}, peak RSS {fmt(daemon.peak_rss, '.0f')} MB, {daemon.exit_note}")
     for w in runner.warnings:
         print(f"WARNING: {w}")
     for f in runner.failures:
@@ -599,8 +664,9 @@ def main(argv: list[str] | None = None) -> int:
                 runner.failures.append(f"nsqd: {exc}")
                 print(daemon.log_tail(), file=sys.stderr)
                 raise
-            print(f"# nsqd pid {daemon.pid} tcp {daemon.tcp} http {daemon.http} "
-                  f"data {daemon.data}", flush=True)
+            print(
+                f"# nsqd pid {daemon.pid} tcp {daemon.tcp} http {daemon.http} data {daemon.data}", flush=True
+            )
         try:
             if args.mode in ("sequential", "all"):
                 runner.sequential()
@@ -624,10 +690,18 @@ def main(argv: list[str] | None = None) -> int:
                     print("# nsqd log tail:\n" + tail)
         print_summary(args, runner, target, daemon)
         if args.json:
-            print(json.dumps({"target": target, "upgrade": nb.upgrade_name(args),
-                              "rows": runner.rows, "failures": runner.failures,
-                              "warnings": runner.warnings,
-                              "nsqd_exit": daemon.exit_note if daemon else None}))
+            print(
+                json.dumps(
+                    {
+                        "target": target,
+                        "upgrade": nb.upgrade_name(args),
+                        "rows": runner.rows,
+                        "failures": runner.failures,
+                        "warnings": runner.warnings,
+                        "nsqd_exit": daemon.exit_note if daemon else None,
+                    }
+                )
+            )
         if args.keep_data:
             print(f"# kept {workdir}")
         else:

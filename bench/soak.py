@@ -34,8 +34,8 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import itertools
 import contextlib
+import itertools
 import json
 import os
 import random
@@ -207,7 +207,7 @@ class Soak:
             while not stop.is_set():
                 try:
                     msg = await asyncio.wait_for(it.__anext__(), 0.5)
-                except asyncio.TimeoutError:
+                except TimeoutError:
                     continue
                 except StopAsyncIteration:
                     break
@@ -216,7 +216,7 @@ class Soak:
                     got.add(int(msg.body))
                 msg.finish()
             abort = getattr(stop, "abort", False)
-        except Exception as e:  # noqa: BLE001 - counted and reported; the churn goes on
+        except Exception as e:
             self.consumer_errors += 1
             print(f"consumer {channel}: {e!r}", file=sys.stderr, flush=True)
         finally:

@@ -73,6 +73,7 @@ __all__ = [
     "parse_log_level",
 ]
 
+
 class OptionsError(NSQError, ValueError):
     """A bad flag, config file or option value; the message is what the Go daemon prints."""
 
@@ -227,36 +228,62 @@ def _parse_float_items(text: str, current: Any) -> list[float]:
 
 
 BOOL: Final = Kind(
-    "bool", "", _own_num(parse_bool), _coerce_bool, boolean=True,
+    "bool",
+    "",
+    _own_num(parse_bool),
+    _coerce_bool,
+    boolean=True,
     default_text=lambda v: "true" if v else "",
 )
 INT: Final = Kind(
-    "int", "int", _own_num(lambda s: parse_int(s, base0=True)), _coerce_int,
+    "int",
+    "int",
+    _own_num(lambda s: parse_int(s, base0=True)),
+    _coerce_int,
     default_text=lambda v: str(v) if v else "",
 )
 STRING: Final = Kind(
-    "string", "string", lambda s, cur: s, lambda v, d: go_sprint_s(v),
+    "string",
+    "string",
+    lambda s, cur: s,
+    lambda v, d: go_sprint_s(v),
     default_text=lambda v: go_quote(v) if v else "",
 )
 DURATION: Final = Kind(
-    "duration", "duration", _parse_duration_flag, _coerce_duration,
-    default_text=lambda v: format_duration(v) if v else "", to_json=to_ns,
+    "duration",
+    "duration",
+    _parse_duration_flag,
+    _coerce_duration,
+    default_text=lambda v: format_duration(v) if v else "",
+    to_json=to_ns,
 )
 #: A repeatable string flag (NSQ's ``StringArray``): the value is re-split on commas, as
 #: ``options.Resolve`` reads it back through ``String()``.
 STRING_LIST: Final = Kind(
-    "strlist", "value", lambda s, cur: [*cur, s], _coerce_str_list, repeatable=True,
+    "strlist",
+    "value",
+    lambda s, cur: [*cur, s],
+    _coerce_str_list,
+    repeatable=True,
     finish=lambda items: ",".join(items).split(","),
 )
 #: A repeatable, comma-separated float flag (NSQ's ``FloatArray``): kept sorted high to
 #: low and printed with ``%f`` (6 decimals).
 FLOAT_LIST: Final = Kind(
-    "floatlist", "value", _parse_float_items, _coerce_float_list, repeatable=True,
+    "floatlist",
+    "value",
+    _parse_float_items,
+    _coerce_float_list,
+    repeatable=True,
     finish=lambda items: [float(f"{v:f}") for v in sorted(items, reverse=True)],
 )
 LOG_LEVEL: Final = Kind(
-    "log_level", "value", lambda s, cur: parse_log_level(s), via_flag=True,
-    default_text=str, to_json=lambda v: LOG_LEVELS[v.lower()],
+    "log_level",
+    "value",
+    lambda s, cur: parse_log_level(s),
+    via_flag=True,
+    default_text=str,
+    to_json=lambda v: LOG_LEVELS[v.lower()],
 )
 
 
@@ -415,9 +442,7 @@ class FlagSet(Generic[T]):
             with open(path, "rb") as fh:
                 raw = tomllib.load(fh)
         except OSError as exc:
-            raise OptionsError(
-                f"failed to load config file {path} - {exc.strerror or exc}"
-            ) from None
+            raise OptionsError(f"failed to load config file {path} - {exc.strerror or exc}") from None
         except tomllib.TOMLDecodeError as exc:
             raise OptionsError(f"failed to load config file {path} - {exc}") from None
 

@@ -80,20 +80,20 @@ def body(line: bytes, payload: bytes) -> bytes:
 
 def setup() -> None:
     """Import what the targets use (atheris instruments these imports)."""
-    import nsqpy.client.http  # noqa: F401
-    import nsqpy.httpapi  # noqa: F401
-    import nsqpy.nsqd.diskqueue  # noqa: F401
-    import nsqpy.nsqd.http  # noqa: F401
-    import nsqpy.nsqd.metadata  # noqa: F401
-    import nsqpy.nsqd.protocol_v2  # noqa: F401
-    import nsqpy.nsqlookupd.http  # noqa: F401
-    import nsqpy.nsqlookupd.lookup_protocol_v1  # noqa: F401
-    import nsqpy.protocol.client  # noqa: F401
-    import nsqpy.protocol.commands  # noqa: F401
-    import nsqpy.protocol.discovery  # noqa: F401
-    import nsqpy.protocol.frames  # noqa: F401
-    import nsqpy.protocol.lookup  # noqa: F401
-    import nsqpy.transport.deflate  # noqa: F401
+    import nsqpy.client.http
+    import nsqpy.httpapi
+    import nsqpy.nsqd.diskqueue
+    import nsqpy.nsqd.http
+    import nsqpy.nsqd.metadata
+    import nsqpy.nsqd.protocol_v2
+    import nsqpy.nsqlookupd.http
+    import nsqpy.nsqlookupd.lookup_protocol_v1
+    import nsqpy.protocol.client
+    import nsqpy.protocol.commands
+    import nsqpy.protocol.discovery
+    import nsqpy.protocol.frames
+    import nsqpy.protocol.lookup
+    import nsqpy.transport.deflate
     import nsqpy.transport.snappy  # noqa: F401
 
 
@@ -116,7 +116,7 @@ class FakeTransport:
         return self.peer if name == "peername" else default
 
     def write(self, data: bytes) -> None:
-        assert not self.closed or True  # writes after close are dropped by real transports
+        assert True  # writes after close are dropped by real transports
         self.written.append(bytes(data))
 
     def writelines(self, data: list[bytes]) -> None:
@@ -443,9 +443,9 @@ _LOOKUPD: Any = None
 def _lookupd() -> Any:
     global _LOOKUPD
     if _LOOKUPD is None:
-        from nsqpy.nsqlookupd.nsqlookupd import NSQLookupd
-
         import logging
+
+        from nsqpy.nsqlookupd.nsqlookupd import NSQLookupd
 
         logging.getLogger("nsqlookupd").disabled = True
         _LOOKUPD = NSQLookupd()

@@ -15,10 +15,10 @@ import textwrap
 from pathlib import Path
 
 import pytest
-from support import AuthServer, RawClient
-
 from conftest import make_options
 from e2e.proc import NsqdProcess
+from support import AuthServer, RawClient
+
 from nsqpy.nsqd.nsqd import NSQD
 from nsqpy.nsqlookupd.nsqlookupd import NSQLookupd
 from nsqpy.protocol import commands
@@ -68,7 +68,7 @@ def test_client_handshake_with_deep_json_answer_is_a_handshake_error(step):
     p.data_to_send()
     if step == "auth":
         assert p.receive(encode_response(b'{"auth_required":true}')) == []
-    with pytest.raises(HandshakeError, match="bad (IDENTIFY|AUTH) response"):
+    with pytest.raises(HandshakeError, match=r"bad (IDENTIFY|AUTH) response"):
         p.receive(encode_response(DEEP))
 
 

@@ -237,7 +237,7 @@ def test_send_batch_matches_the_reference(n, avail):
 
 def test_send_batch_frames_read_back():
     msgs = make(10)
-    (sent, nbytes), owner, q, fl, ent, wire = run_send(hot.send_batch, msgs, 10)
+    (_sent, _nbytes), _owner, _q, _fl, _ent, wire = run_send(hot.send_batch, msgs, 10)
     runs = FrameReader().feed_batched(wire, lambda i, b, ts, att: (i, bytes(b), ts, att))
     assert runs == [[(m.id, m.body, m.timestamp, 1) for m in msgs]]
 
@@ -272,8 +272,10 @@ def test_send_batch_declines_what_it_cannot_frame(bad):
 # --- expire_front --------------------------------------------------------------------------
 
 
-@given(st.lists(st.tuples(st.integers(0, 9), st.sampled_from(["live", "fin", "other", "touched"])),
-                max_size=30), st.integers(0, 10))
+@given(
+    st.lists(st.tuples(st.integers(0, 9), st.sampled_from(["live", "fin", "other", "touched"])), max_size=30),
+    st.integers(0, 10),
+)
 def test_expire_front_matches_the_reference(spec, now):
     def world():
         owner = Owner()

@@ -73,16 +73,29 @@ def test_an_idle_daemon_loads_no_http_tls_compression_or_metrics_modules(tmp_pat
     doc = run_idle_script()
     assert doc["ok"]
     loaded = set(doc["modules"])
-    for name in ("aiohttp", "nsqpy.nsqd.http", "nsqpy.transport", "OpenSSL", "cramjam",
-                 "prometheus_client", "hashlib", "urllib.parse"):
+    for name in (
+        "aiohttp",
+        "nsqpy.nsqd.http",
+        "nsqpy.transport",
+        "OpenSSL",
+        "cramjam",
+        "prometheus_client",
+        "hashlib",
+        "urllib.parse",
+    ):
         assert name not in loaded, f"{name} loaded by an idle nsqd"
 
 
 def test_topics_and_the_tcp_protocol_load_with_the_first_topic_and_connection(tmp_path):
     doc = run_idle_script()
     unused, loaded = set(doc["unused"]), set(doc["modules"])
-    lazy = ("nsqpy.nsqd.protocol_v2", "nsqpy.nsqd.client_v2", "nsqpy.nsqd.topic",
-            "nsqpy.nsqd.channel", "nsqpy.nsqd.diskqueue")
+    lazy = (
+        "nsqpy.nsqd.protocol_v2",
+        "nsqpy.nsqd.client_v2",
+        "nsqpy.nsqd.topic",
+        "nsqpy.nsqd.channel",
+        "nsqpy.nsqd.diskqueue",
+    )
     for name in lazy:
         assert name not in unused, f"{name} loaded by an nsqd with no topic and no client"
     # ... and the first connection's PUB created the topic and was answered OK

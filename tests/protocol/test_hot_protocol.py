@@ -175,7 +175,7 @@ def test_parse_line_bad_position():
 class Msg:
     """What fin_run needs of a message: its id and client."""
 
-    __slots__ = ("id", "client")
+    __slots__ = ("client", "id")
 
     def __init__(self, msg_id: bytes, client: object) -> None:
         self.id = msg_id
@@ -193,12 +193,29 @@ def fin_world(n_ids: int):
 
 LINE = st.one_of(
     st.tuples(st.just("fin"), st.integers(0, 5), st.sampled_from([b"\n", b"\r\n"])),
-    st.tuples(st.just("raw"), st.sampled_from([
-        b"NOP\n", b"RDY 10\n", b"FIN \n", b"FIN 0123456789abcde\n", b"FIN 0123456789abcdef0\n",
-        b"FIN 0123456789 bcdef\n", b"FIN  0123456789abcde\n", b"FIN 0000000000000000 x\n",
-        b"FIN 0000000000000000\r\r\n", b"fin 0000000000000000\n", b"FIN 0000000000000000",
-        b"TOUCH 0000000000000000\n", b"\n", b"\r\n", b"FIN 000000000000000\r\n",
-    ]), st.just(b"")),
+    st.tuples(
+        st.just("raw"),
+        st.sampled_from(
+            [
+                b"NOP\n",
+                b"RDY 10\n",
+                b"FIN \n",
+                b"FIN 0123456789abcde\n",
+                b"FIN 0123456789abcdef0\n",
+                b"FIN 0123456789 bcdef\n",
+                b"FIN  0123456789abcde\n",
+                b"FIN 0000000000000000 x\n",
+                b"FIN 0000000000000000\r\r\n",
+                b"fin 0000000000000000\n",
+                b"FIN 0000000000000000",
+                b"TOUCH 0000000000000000\n",
+                b"\n",
+                b"\r\n",
+                b"FIN 000000000000000\r\n",
+            ]
+        ),
+        st.just(b""),
+    ),
 )
 
 

@@ -49,7 +49,7 @@ async def produce(a: argparse.Namespace) -> None:
                         i, n = n, n + 1
                         await p.publish(TOPIC, b"%d" % i)
                         out.write(f"{i}\n")
-                except Exception as e:  # noqa: BLE001 - not acknowledged: not promised; go on
+                except Exception as e:
                     print(f"publish failed: {e!r}", file=sys.stderr, flush=True)
                 await asyncio.sleep(1 / a.rate)
 
@@ -84,7 +84,7 @@ async def consume(a: argparse.Namespace) -> None:
             while not stop.exists():
                 try:
                     msg = await asyncio.wait_for(it.__anext__(), 0.5)
-                except asyncio.TimeoutError:
+                except TimeoutError:
                     continue
                 out.write(msg.body.decode() + "\n")
                 msg.finish()

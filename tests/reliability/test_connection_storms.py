@@ -20,9 +20,9 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 
 import pytest
+from e2e.proc import NsqdProcess
 from support import nsqd_stats, read_bodies, wait_until
 
-from e2e.proc import NsqdProcess
 from nsqpy.protocol import commands
 
 pytestmark = pytest.mark.timeout(240)

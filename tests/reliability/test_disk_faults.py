@@ -18,9 +18,9 @@ import signal
 import time
 
 import pytest
+from e2e.proc import DaemonProcess, NsqdProcess
 from support import RawClient, fill_disk, mounted_tmpfs
 
-from e2e.proc import DaemonProcess, NsqdProcess
 from nsqpy.protocol import commands
 
 pytestmark = pytest.mark.timeout(120)
@@ -157,7 +157,7 @@ async def test_topic_backlog_reaches_every_channel_after_the_disk_was_full(disk)
 
         # the backlog cannot move while the disk is full, and nothing is dropped meanwhile
         await asyncio.sleep(1.5)  # two drain attempts (DRAIN_RETRY is 1 s); nothing to poll for
-        status, stats = p.http_get("/stats?format=json&topic=t")
+        _status, stats = p.http_get("/stats?format=json&topic=t")
         topic = json.loads(stats)["topics"][0]
         total = topic["depth"] + sum(ch["depth"] for ch in topic["channels"])
         assert total >= len(acked), topic

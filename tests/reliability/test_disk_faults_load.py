@@ -27,9 +27,9 @@ import time
 from pathlib import Path
 
 import pytest
+from e2e.proc import DaemonProcess, NsqdProcess
 from support import RawClient, fill_disk, mounted_tmpfs
 
-from e2e.proc import DaemonProcess, NsqdProcess
 from nsqpy.protocol import commands
 
 pytestmark = pytest.mark.timeout(180)

@@ -37,7 +37,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-
 from e2e.proc import DaemonProcess, http_request
 
 pytestmark = pytest.mark.timeout(240)

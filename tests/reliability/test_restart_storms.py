@@ -14,13 +14,13 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import random
-from collections import Counter
 import signal
+from collections import Counter
 
 import pytest
+from e2e.proc import NsqdProcess
 from support import RawClient
 
-from e2e.proc import NsqdProcess
 from nsqpy.protocol import commands
 from nsqpy.protocol.frames import FRAME_TYPE_MESSAGE, decode_message
 

@@ -22,9 +22,9 @@ import socket
 import time
 
 import pytest
+from e2e.proc import NsqdProcess
 from support import RawClient, nsqd_stats
 
-from e2e.proc import NsqdProcess
 from nsqpy.protocol import commands
 from nsqpy.protocol.frames import FRAME_TYPE_MESSAGE, decode_message
 

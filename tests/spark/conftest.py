@@ -24,10 +24,10 @@ import pytest
 pytest.importorskip("pyspark")
 pytest.importorskip("pyarrow")
 
-from e2e.proc import NsqdProcess, NsqlookupdProcess  # noqa: E402
-from support import find_stats, free_port, nsqd_stats, read_bodies, wait_until  # noqa: E402
+from e2e.proc import NsqdProcess, NsqlookupdProcess
+from support import find_stats, free_port, nsqd_stats, read_bodies, wait_until
 
-from nsqpy.client.sync import SyncProducer  # noqa: E402
+from nsqpy.client.sync import SyncProducer
 
 
 @pytest.fixture(scope="session")
@@ -224,10 +224,16 @@ class SparkCluster:
 
         spark_class = os.path.join(_find_spark_home(), "bin", "spark-class")
         with open(self.base / f"{name}.log", "wb") as log:
-            self.procs.append(subprocess.Popen(
-                [spark_class, *args], env=env, stdin=subprocess.DEVNULL, stdout=log,
-                stderr=subprocess.STDOUT, start_new_session=True,
-            ))
+            self.procs.append(
+                subprocess.Popen(
+                    [spark_class, *args],
+                    env=env,
+                    stdin=subprocess.DEVNULL,
+                    stdout=log,
+                    stderr=subprocess.STDOUT,
+                    start_new_session=True,
+                )
+            )
 
     def start(self) -> SparkCluster:
         from pyspark.find_spark_home import _find_spark_home
@@ -235,19 +241,49 @@ class SparkCluster:
         from nsqpy.spark.session import spark_home_without_zips
 
         home = _find_spark_home()
-        env = {**os.environ, "SPARK_HOME": home, "SPARK_LOCAL_IP": "127.0.0.1",
-               "SPARK_NO_DAEMONIZE": "1", "PYSPARK_PYTHON": sys.executable}
-        self._start("master", env, "org.apache.spark.deploy.master.Master", "--host", "127.0.0.1",
-                    "--port", str(self.port), "--webui-port", str(self.ui_port))
+        env = {
+            **os.environ,
+            "SPARK_HOME": home,
+            "SPARK_LOCAL_IP": "127.0.0.1",
+            "SPARK_NO_DAEMONIZE": "1",
+            "PYSPARK_PYTHON": sys.executable,
+        }
+        self._start(
+            "master",
+            env,
+            "org.apache.spark.deploy.master.Master",
+            "--host",
+            "127.0.0.1",
+            "--port",
+            str(self.port),
+            "--webui-port",
+            str(self.ui_port),
+        )
         worker_home = spark_home_without_zips(home, str(self.base)) or home
         for i, work in enumerate(self.worker_dirs):
             work.mkdir()
-            self._start(f"worker{i}", {**env, "SPARK_HOME": worker_home},
-                        "org.apache.spark.deploy.worker.Worker", "--host", "127.0.0.1",
-                        "--cores", "1", "--memory", "2g", "--webui-port", str(free_port()),
-                        "--work-dir", str(work), self.url)
-        wait_until(lambda: self.alive_workers() == self.WORKERS or self.dead(), 120,
-                   "the master and both workers", interval=0.2)
+            self._start(
+                f"worker{i}",
+                {**env, "SPARK_HOME": worker_home},
+                "org.apache.spark.deploy.worker.Worker",
+                "--host",
+                "127.0.0.1",
+                "--cores",
+                "1",
+                "--memory",
+                "2g",
+                "--webui-port",
+                str(free_port()),
+                "--work-dir",
+                str(work),
+                self.url,
+            )
+        wait_until(
+            lambda: self.alive_workers() == self.WORKERS or self.dead(),
+            120,
+            "the master and both workers",
+            interval=0.2,
+        )
         assert not self.dead(), self.describe()
         return self
 
@@ -268,13 +304,17 @@ class SparkCluster:
     def executor_dirs(self, app_name: str) -> list[Path]:
         """The executors' work directories of the applications named ``app_name`` (one per
         worker that ran an executor for it)."""
-        ids = {a["id"] for a in self.state().get("completedapps", []) + self.state().get("activeapps", [])
-               if a.get("name") == app_name}
+        ids = {
+            a["id"]
+            for a in self.state().get("completedapps", []) + self.state().get("activeapps", [])
+            if a.get("name") == app_name
+        }
         return [d for w in self.worker_dirs for d in w.iterdir() if d.name in ids]
 
     def describe(self) -> str:
-        return "\n".join(f"--- {p.name}:\n{p.read_text(errors='replace')[-3000:]}"
-                         for p in sorted(self.base.glob("*.log")))
+        return "\n".join(
+            f"--- {p.name}:\n{p.read_text(errors='replace')[-3000:]}" for p in sorted(self.base.glob("*.log"))
+        )
 
     def stop(self) -> None:
         for p in reversed(self.procs):

@@ -16,7 +16,10 @@ BENCH = Path(__file__).resolve().parents[2] / "bench" / "bench_spark.py"
 def test_bench_spark_smoke() -> None:
     r = subprocess.run(
         [sys.executable, str(BENCH), "--smoke", "--count", "5000", "--json"],
-        stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=380,
+        stdin=subprocess.DEVNULL,
+        capture_output=True,
+        text=True,
+        timeout=380,
     )
     out = r.stdout + r.stderr
     assert r.returncode == 0 and "RESULT: OK" in r.stdout, out[-4000:]
@@ -28,9 +31,23 @@ def test_bench_spark_smoke() -> None:
 def test_bench_spark_prefilled_spool_into_noop() -> None:
     """--prefill puts the rows in the spool (nothing published); --pipeline noop writes nothing."""
     r = subprocess.run(
-        [sys.executable, str(BENCH), "--count", "3000", "--prefill", "--prefill-chunk-rows", "700",
-         "--pipeline", "noop", "--skip-sink", "--json"],
-        stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=380,
+        [
+            sys.executable,
+            str(BENCH),
+            "--count",
+            "3000",
+            "--prefill",
+            "--prefill-chunk-rows",
+            "700",
+            "--pipeline",
+            "noop",
+            "--skip-sink",
+            "--json",
+        ],
+        stdin=subprocess.DEVNULL,
+        capture_output=True,
+        text=True,
+        timeout=380,
     )
     out = r.stdout + r.stderr
     assert r.returncode == 0 and "RESULT: OK" in r.stdout, out[-4000:]
@@ -44,9 +61,21 @@ def test_bench_spark_compares_the_nsq_source_with_sparks_own() -> None:
     """--source all: nsq, rate and files, each cold then warm in a JVM of its own, and the
     ratios nsq / rate and nsq / files; CPU per 1M rows per process group."""
     r = subprocess.run(
-        [sys.executable, str(BENCH), "--source", "all", "--count", "10000",
-         "--max-records-per-batch", "5000", "--json"],
-        stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=580,
+        [
+            sys.executable,
+            str(BENCH),
+            "--source",
+            "all",
+            "--count",
+            "10000",
+            "--max-records-per-batch",
+            "5000",
+            "--json",
+        ],
+        stdin=subprocess.DEVNULL,
+        capture_output=True,
+        text=True,
+        timeout=580,
     )
     out = r.stdout + r.stderr
     assert r.returncode == 0 and "RESULT: OK" in r.stdout, out[-4000:]
@@ -66,7 +95,10 @@ def test_bench_spark_copies_share_the_channel() -> None:
     """--copies 2: two nsq_spark archive applications on one channel, one output, each row once."""
     r = subprocess.run(
         [sys.executable, str(BENCH), "--copies", "2", "--count", "6000", "--json"],
-        stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=380,
+        stdin=subprocess.DEVNULL,
+        capture_output=True,
+        text=True,
+        timeout=380,
     )
     out = r.stdout + r.stderr
     assert r.returncode == 0 and "RESULT: OK" in r.stdout, out[-4000:]

@@ -57,8 +57,15 @@ def test_columns_match_the_frame_reader(seed: int) -> None:
     ids, ts, attempts, bodies = burst.columns()
     assert ids.type == pa.string() and bodies.type == pa.binary()
     assert ts.type == pa.timestamp("us", tz="UTC") and attempts.type == pa.int32()
-    got = list(zip(ids.to_pylist(), ts.cast(pa.int64()).to_pylist(), attempts.to_pylist(), bodies.to_pylist(),
-                   strict=True))
+    got = list(
+        zip(
+            ids.to_pylist(),
+            ts.cast(pa.int64()).to_pylist(),
+            attempts.to_pylist(),
+            bodies.to_pylist(),
+            strict=True,
+        )
+    )
     assert got == want_msgs
 
 

@@ -23,9 +23,9 @@ from nsqpy.protocol.errors import ProtocolError
 from nsqpy.protocol.frames import FRAME_TYPE_ERROR, FRAME_TYPE_MESSAGE, FRAME_TYPE_RESPONSE, MAGIC_V2
 from nsqpy.spark.burst import Burst, BurstReader
 from nsqpy.spark.connopts import ConnectionOptions, from_go_options
+from nsqpy.spark.consumer import Consumer, Runtime
 from nsqpy.spark.nsqconn import BlockingConnection
 from nsqpy.spark.sink import SinkOptions, publish_batches
-from nsqpy.spark.consumer import Consumer, Runtime
 from nsqpy.spark.source import SourceOptions
 from nsqpy.spark.spool import list_chunks, read_chunk
 
@@ -69,21 +69,39 @@ def test_connection_options_parse_and_hide_the_secret(pki: Any) -> None:
     assert ident["heartbeat_interval"] == 15000 and ident["user_agent"].startswith("nsqpy-spark/")
     assert not {"tls_v1", "snappy", "deflate", "sample_rate"} & set(ident)
 
-    opts = {k.lower(): v for k, v in {
-        **secure_options(pki), "deflate": "true", "deflateLevel": "3", "sampleRate": "50",
-        "heartbeatIntervalMs": "1000", "outputBufferSize": "-1", "outputBufferTimeoutMs": "10",
-        "userAgent": "me/1", "tlsMinVersion": "TLS1.2",
-    }.items()}
+    opts = {
+        k.lower(): v
+        for k, v in {
+            **secure_options(pki),
+            "deflate": "true",
+            "deflateLevel": "3",
+            "sampleRate": "50",
+            "heartbeatIntervalMs": "1000",
+            "outputBufferSize": "-1",
+            "outputBufferTimeoutMs": "10",
+            "userAgent": "me/1",
+            "tlsMinVersion": "TLS1.2",
+        }.items()
+    }
     o = ConnectionOptions.parse(opts, "nsq source", consumer=True)
     assert o.tls_context() is not None and o.tls_min_version == "tls1.2"
     assert o.identify(heartbeat_interval=15000, msg_timeout=60000) | {"client_id": "", "hostname": ""} == {
-        "client_id": "", "hostname": "", "user_agent": "me/1", "tls_v1": True, "deflate": True,
-        "deflate_level": 3, "heartbeat_interval": 1000, "output_buffer_size": -1,
-        "output_buffer_timeout": 10, "sample_rate": 50, "msg_timeout": 60000,
+        "client_id": "",
+        "hostname": "",
+        "user_agent": "me/1",
+        "tls_v1": True,
+        "deflate": True,
+        "deflate_level": 3,
+        "heartbeat_interval": 1000,
+        "output_buffer_size": -1,
+        "output_buffer_timeout": 10,
+        "sample_rate": 50,
+        "msg_timeout": 60000,
     }
     assert SECRET not in repr(o) and o.auth_secret == SECRET
-    src = SourceOptions.parse({"topic": "t", "nsqdTcpAddresses": "127.0.0.1:4150", "spoolPath": "/tmp/x",
-                               **opts})
+    src = SourceOptions.parse(
+        {"topic": "t", "nsqdTcpAddresses": "127.0.0.1:4150", "spoolPath": "/tmp/x", **opts}
+    )
     assert SECRET not in repr(src) and SECRET not in str(src)
 
     bad = [
@@ -106,18 +124,36 @@ def test_connection_options_parse_and_hide_the_secret(pki: Any) -> None:
 
 def test_go_option_names_map_onto_the_data_source_options(pki: Any) -> None:
     got = from_go_options(
-        ["tls_v1,true", f"tls_root_ca_file,{pki.ca_cert}", "snappy", "auth_secret,a,b=c",
-         "heartbeat_interval,2s", "output_buffer_timeout,250ms", "max_in_flight,100",
-         "msg_timeout,1m30s", "sample_rate,10", "tls_min_version,tls1.2"],
+        [
+            "tls_v1,true",
+            f"tls_root_ca_file,{pki.ca_cert}",
+            "snappy",
+            "auth_secret,a,b=c",
+            "heartbeat_interval,2s",
+            "output_buffer_timeout,250ms",
+            "max_in_flight,100",
+            "msg_timeout,1m30s",
+            "sample_rate,10",
+            "tls_min_version,tls1.2",
+        ],
         consumer=True,
     )
     assert got == {
-        "tls": "true", "tlsRootCaFile": pki.ca_cert, "snappy": "true", "authSecret": "a,b=c",
-        "heartbeatIntervalMs": "2000", "outputBufferTimeoutMs": "250", "maxInFlight": "100",
-        "msgTimeoutMs": "90000", "sampleRate": "10", "tlsMinVersion": "tls1.2",
+        "tls": "true",
+        "tlsRootCaFile": pki.ca_cert,
+        "snappy": "true",
+        "authSecret": "a,b=c",
+        "heartbeatIntervalMs": "2000",
+        "outputBufferTimeoutMs": "250",
+        "maxInFlight": "100",
+        "msgTimeoutMs": "90000",
+        "sampleRate": "10",
+        "tlsMinVersion": "tls1.2",
     }
     assert from_go_options(["deflate,1", "deflate_level,9", "user_agent,x/1"], consumer=False) == {
-        "deflate": "true", "deflateLevel": "9", "userAgent": "x/1"
+        "deflate": "true",
+        "deflateLevel": "9",
+        "userAgent": "x/1",
     }
     for items, consumer, needle in [
         (["max_attempts,5"], True, "--consumer-opt 'max_attempts': not an option nsq_spark supports"),
@@ -138,8 +174,9 @@ def test_go_option_names_map_onto_the_data_source_options(pki: Any) -> None:
 def fake(tmp_path: Path) -> Iterator[tuple[Consumer, socket.socket]]:
     """A source connection thread's state, connected (IDENTIFY answered, subscribed) to a
     fake nsqd: the other end of a socket pair, which the test writes nsqd's bytes to."""
-    opts = SourceOptions.parse({"topic": "t", "nsqdTcpAddresses": "127.0.0.1:4150",
-                                "spoolPath": str(tmp_path)})
+    opts = SourceOptions.parse(
+        {"topic": "t", "nsqdTcpAddresses": "127.0.0.1:4150", "spoolPath": str(tmp_path)}
+    )
     rt = Runtime(opts, 0, False)
     c = Consumer(rt, "127.0.0.1:4150", None)
     mine, peer = socket.socketpair()
@@ -173,8 +210,10 @@ def test_a_body_saying_close_wait_does_not_end_the_close_wait(fake: tuple[Consum
 def test_the_answer_to_cls_ends_the_close_wait(fake: tuple[Consumer, socket.socket]) -> None:
     c, nsqd = fake
     nsqd.sendall(
-        _message(1, b"CLOSE_WAIT") + _frame(FRAME_TYPE_RESPONSE, b"_heartbeat_")
-        + _frame(FRAME_TYPE_RESPONSE, b"CLOSE_WAIT") + _message(2, b"late")
+        _message(1, b"CLOSE_WAIT")
+        + _frame(FRAME_TYPE_RESPONSE, b"_heartbeat_")
+        + _frame(FRAME_TYPE_RESPONSE, b"CLOSE_WAIT")
+        + _message(2, b"late")
     )
     t0 = time.monotonic()
     assert c._close_cleanly(timeout=30) is True
@@ -189,8 +228,11 @@ def test_heartbeats_and_errors_among_messages_go_through_the_protocol(
     c, nsqd = fake
     assert c.conn is not None
     nsqd.sendall(
-        _message(1, b"one") + _frame(FRAME_TYPE_RESPONSE, b"_heartbeat_") + _message(2, b"two")
-        + _frame(FRAME_TYPE_ERROR, b"E_FIN_FAILED FIN 0000000000000001 failed") + _message(3, b"three")
+        _message(1, b"one")
+        + _frame(FRAME_TYPE_RESPONSE, b"_heartbeat_")
+        + _message(2, b"two")
+        + _frame(FRAME_TYPE_ERROR, b"E_FIN_FAILED FIN 0000000000000001 failed")
+        + _message(3, b"three")
     )
     while len(c._burst) < 3:
         data = c.conn.recv(5)
@@ -199,7 +241,7 @@ def test_heartbeats_and_errors_among_messages_go_through_the_protocol(
     assert c.conn.proto.heartbeats == 1
     assert _sent(nsqd) == b"NOP\n"
     assert "E_FIN_FAILED" in caplog.text  # non-fatal: logged, the connection goes on
-    ids, _, _, bodies = c._burst.columns()
+    _ids, _, _, bodies = c._burst.columns()
     assert bodies.to_pylist() == [b"one", b"two", b"three"]
     # a fatal error with no request waiting ends the session with that error
     nsqd.sendall(_frame(FRAME_TYPE_ERROR, b"E_INVALID cannot FIN in current state"))
@@ -236,12 +278,22 @@ def test_lookup_sends_the_bearer_token_and_reads_broadcast_addresses(tmp_path: P
     seen: list[dict[str, str]] = []
 
     class Lookupd(BaseHTTPRequestHandler):
-        def do_GET(self) -> None:  # noqa: N802 - http.server's name
+        def do_GET(self) -> None:
             seen.append({"path": self.path, "auth": self.headers.get("Authorization", "")})
-            body = json.dumps({"channels": [], "producers": [
-                {"broadcast_address": "10.0.0.1", "hostname": "h1", "tcp_port": 4150, "http_port": 4151},
-                {"hostname": "h2", "tcp_port": 4150, "http_port": 4151},  # no broadcast_address
-            ]}).encode()
+            body = json.dumps(
+                {
+                    "channels": [],
+                    "producers": [
+                        {
+                            "broadcast_address": "10.0.0.1",
+                            "hostname": "h1",
+                            "tcp_port": 4150,
+                            "http_port": 4151,
+                        },
+                        {"hostname": "h2", "tcp_port": 4150, "http_port": 4151},  # no broadcast_address
+                    ],
+                }
+            ).encode()
             self.send_response(200)
             self.send_header("Content-Type", "application/json")
             self.send_header("Content-Length", str(len(body)))
@@ -255,8 +307,14 @@ def test_lookup_sends_the_bearer_token_and_reads_broadcast_addresses(tmp_path: P
     threading.Thread(target=server.serve_forever, daemon=True).start()
     try:
         addr = f"127.0.0.1:{server.server_address[1]}"
-        opts = SourceOptions.parse({"topic": "t#ephemeral", "nsqlookupdHttpAddresses": addr,
-                                    "spoolPath": str(tmp_path), "authSecret": SECRET})
+        opts = SourceOptions.parse(
+            {
+                "topic": "t#ephemeral",
+                "nsqlookupdHttpAddresses": addr,
+                "spoolPath": str(tmp_path),
+                "authSecret": SECRET,
+            }
+        )
         assert Runtime(opts, 0, False).lookup() == {"10.0.0.1:4150": "10.0.0.1:4151"}
         assert seen == [{"path": "/lookup?topic=t%23ephemeral", "auth": f"Bearer {SECRET}"}]
     finally:
@@ -288,21 +346,34 @@ def _drain(opts: SourceOptions) -> list[bytes]:
             end = rt.latest(end, ReadAllAvailable())
     finally:
         rt.stop()
-    return [b for c in list_chunks(opts.spool_path) for batch in read_chunk(c.path)
-            for b in batch.column("body").to_pylist()]
+    return [
+        b
+        for c in list_chunks(opts.spool_path)
+        for batch in read_chunk(c.path)
+        for b in batch.column("body").to_pylist()
+    ]
 
 
-@pytest.mark.parametrize("extra", [{}, {"snappy": "true"}, {"deflate": "true", "deflateLevel": "1"}],
-                         ids=["tls", "tls+snappy", "tls+deflate"])
+@pytest.mark.parametrize(
+    "extra",
+    [{}, {"snappy": "true"}, {"deflate": "true", "deflateLevel": "1"}],
+    ids=["tls", "tls+snappy", "tls+deflate"],
+)
 def test_sink_and_source_threads_through_tls_and_auth(
     secure_nsqd: Any, pki: Any, unique_topic: str, tmp_path: Path, extra: dict[str, str]
 ) -> None:
     conn = secure_options(pki, **extra)
     bodies = _bodies(b"x", 3000)
     _publish(secure_nsqd, unique_topic, bodies, **conn)
-    opts = SourceOptions.parse({"topic": unique_topic, "nsqdTcpAddresses": secure_nsqd.tcp_address,
-                                "nsqdHttpAddresses": secure_nsqd.http_address,
-                                "spoolPath": str(tmp_path / "spool"), **conn})
+    opts = SourceOptions.parse(
+        {
+            "topic": unique_topic,
+            "nsqdTcpAddresses": secure_nsqd.tcp_address,
+            "nsqdHttpAddresses": secure_nsqd.http_address,
+            "spoolPath": str(tmp_path / "spool"),
+            **conn,
+        }
+    )
     assert sorted(_drain(opts)) == sorted(bodies)
     ch = stats(secure_nsqd, unique_topic, "nsq_spark")
     assert ch is not None and ch["depth"] == 0 and ch["in_flight_count"] == 0 and ch["client_count"] == 0
@@ -318,12 +389,18 @@ def test_refusals_fail_the_source_and_the_sink_and_the_secret_stays_out_of_logs(
     addr = secure_nsqd.tcp_address
     base = {"topic": unique_topic, "nsqdTcpAddresses": addr, "spoolPath": str(tmp_path / "spool")}
     cases = [
-        (secure_options(pki, wrong),
-         f"nsq source: nsqd {addr} refused the subscription: E_AUTH_FAILED AUTH failed"),
-        ({"tls": "true", "tlsRootCaFile": pki.ca_cert}, f"nsq source: nsqd {addr}: the server requires AUTH "
-                                                        "but no auth_secret is configured"),
-        ({"tls": "true", "authSecret": SECRET}, f"nsq source: nsqd {addr}: TLS handshake failed - "
-                                                "certificate verify failed"),
+        (
+            secure_options(pki, wrong),
+            f"nsq source: nsqd {addr} refused the subscription: E_AUTH_FAILED AUTH failed",
+        ),
+        (
+            {"tls": "true", "tlsRootCaFile": pki.ca_cert},
+            f"nsq source: nsqd {addr}: the server requires AUTH but no auth_secret is configured",
+        ),
+        (
+            {"tls": "true", "authSecret": SECRET},
+            f"nsq source: nsqd {addr}: TLS handshake failed - certificate verify failed",
+        ),
     ]
     for conn, message in cases:
         rt = Runtime(SourceOptions.parse({**base, **conn}), 0, True)

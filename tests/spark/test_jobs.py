@@ -26,7 +26,7 @@ from nsqpy.spark.jobs.options import (
     validate,
 )
 
-UTC = dt.timezone.utc
+UTC = dt.UTC
 SCHEMA = (
     "id STRING, timestamp TIMESTAMP, attempts INT, body BINARY, topic STRING, "
     "channel STRING, nsqd_address STRING"
@@ -59,10 +59,22 @@ def test_source_schema_matches_the_format() -> None:
 
 def test_go_style_flags_and_defaults(tmp_path: Path) -> None:
     opts = parsed(
-        "aggregate", "-topic", "events", "--lookupd-http-address=h1:4161",
-        "-lookupd-http-address", "h2:4161,h3:4161", "--group-by=user,page", "--group-by", "country",
-        "--window=5m", "--output-dir", str(tmp_path / "out"), "-available-now",
-        "--spark-conf=spark.a=1,2", "--spark-conf", "spark.b=x",
+        "aggregate",
+        "-topic",
+        "events",
+        "--lookupd-http-address=h1:4161",
+        "-lookupd-http-address",
+        "h2:4161,h3:4161",
+        "--group-by=user,page",
+        "--group-by",
+        "country",
+        "--window=5m",
+        "--output-dir",
+        str(tmp_path / "out"),
+        "-available-now",
+        "--spark-conf=spark.a=1,2",
+        "--spark-conf",
+        "spark.b=x",
     )
     assert opts.job == "aggregate"
     assert opts.lookupd_http_addresses == ["h1:4161", "h2:4161", "h3:4161"]
@@ -82,26 +94,53 @@ def test_go_style_flags_and_defaults(tmp_path: Path) -> None:
 
 
 def test_republish_defaults_like_nsq_to_nsq() -> None:
-    opts = parsed("republish", *SRC, "--destination-nsqd-tcp-address=10.0.0.1:4150",
-                  "--whitelist-json-field=a", "--whitelist-json-field=b", "--checkpoint-dir=/x/ck")
+    opts = parsed(
+        "republish",
+        *SRC,
+        "--destination-nsqd-tcp-address=10.0.0.1:4150",
+        "--whitelist-json-field=a",
+        "--whitelist-json-field=b",
+        "--checkpoint-dir=/x/ck",
+    )
     assert opts.destination_topic == "t"
     assert opts.whitelist_json_fields == ["a", "b"]
     assert (opts.checkpoint_dir, opts.spool_dir, opts.reject_dir) == ("/x/ck", "/x/ck/spool", "/x/ck/rejects")
     assert uses_json(opts)
-    assert not uses_json(parsed("republish", *SRC, "--destination-nsqd-tcp-address=a:1",
-                                     "--destination-topic=u", "--require-json-value=x"))
+    assert not uses_json(
+        parsed(
+            "republish",
+            *SRC,
+            "--destination-nsqd-tcp-address=a:1",
+            "--destination-topic=u",
+            "--require-json-value=x",
+        )
+    )
 
 
 def test_source_options() -> None:
-    opts = parsed("archive", "--topic=t", "--channel=c#ephemeral", "--nsqd-tcp-address=a:1,b:2",
-                  "--output-dir=/o", "--max-records-per-batch=500", "--msg-timeout=2m",
-                  "--spool-dir=/s", "--checkpoint-dir=/ck")
+    opts = parsed(
+        "archive",
+        "--topic=t",
+        "--channel=c#ephemeral",
+        "--nsqd-tcp-address=a:1,b:2",
+        "--output-dir=/o",
+        "--max-records-per-batch=500",
+        "--msg-timeout=2m",
+        "--spool-dir=/s",
+        "--checkpoint-dir=/ck",
+    )
     assert source_options(opts) == {
-        "topic": "t", "channel": "c#ephemeral", "spoolPath": "/s", "maxInFlight": "2500",
-        "nsqdTcpAddresses": "a:1,b:2", "maxRecordsPerBatch": "500", "msgTimeoutMs": "120000",
+        "topic": "t",
+        "channel": "c#ephemeral",
+        "spoolPath": "/s",
+        "maxInFlight": "2500",
+        "nsqdTcpAddresses": "a:1,b:2",
+        "maxRecordsPerBatch": "500",
+        "msgTimeoutMs": "120000",
     }
-    default = parsed("archive", "--topic=t", "--channel=c#ephemeral", "--lookupd-http-address=l:1",
-                     "--output-dir=/o")
+    default = parsed(
+        "archive", "--topic=t", "--channel=c#ephemeral", "--lookupd-http-address=l:1", "--output-dir=/o"
+    )
     assert default.checkpoint_dir.endswith("/nsq_spark-checkpoint/archive/t/c_ephemeral")
     assert source_options(default)["nsqlookupdHttpAddresses"] == "l:1"
 
@@ -109,38 +148,65 @@ def test_source_options() -> None:
 def test_consumer_and_producer_opts_map_go_nsq_names(tmp_path: Path) -> None:
     ca = tmp_path / "ca.pem"
     ca.write_text("not checked until the TLS context is built\n")
-    opts = parsed("republish", *SRC, "--destination-nsqd-tcp-address=d:1", "--destination-topic=u",
-                  "--consumer-opt=tls_v1,true", "--consumer-opt=auth_secret,s,e=cret",
-                  "--consumer-opt=snappy", "--consumer-opt=max_in_flight,100",
-                  "--consumer-opt=msg_timeout,30s", "--msg-timeout=1m",
-                  "--producer-opt", "deflate,true", "--producer-opt=user_agent,me/1")
+    opts = parsed(
+        "republish",
+        *SRC,
+        "--destination-nsqd-tcp-address=d:1",
+        "--destination-topic=u",
+        "--consumer-opt=tls_v1,true",
+        "--consumer-opt=auth_secret,s,e=cret",
+        "--consumer-opt=snappy",
+        "--consumer-opt=max_in_flight,100",
+        "--consumer-opt=msg_timeout,30s",
+        "--msg-timeout=1m",
+        "--producer-opt",
+        "deflate,true",
+        "--producer-opt=user_agent,me/1",
+    )
     src = source_options(opts)
     assert {k: src[k] for k in ("tls", "authSecret", "snappy", "maxInFlight", "msgTimeoutMs")} == {
-        "tls": "true", "authSecret": "s,e=cret", "snappy": "true",
+        "tls": "true",
+        "authSecret": "s,e=cret",
+        "snappy": "true",
         "maxInFlight": "100",  # --max-in-flight not given: the go-nsq option applies
         "msgTimeoutMs": "60000",  # --msg-timeout given: it wins
     }
     assert sink_options(opts) == {
-        "topic": "u", "nsqdTcpAddresses": "d:1", "deflate": "true", "userAgent": "me/1",
+        "topic": "u",
+        "nsqdTcpAddresses": "d:1",
+        "deflate": "true",
+        "userAgent": "me/1",
     }
-    flag_wins = parsed("archive", *SRC, "--output-dir=o", "--max-in-flight=7",
-                       "--consumer-opt=max_in_flight,100")
+    flag_wins = parsed(
+        "archive", *SRC, "--output-dir=o", "--max-in-flight=7", "--consumer-opt=max_in_flight,100"
+    )
     assert source_options(flag_wins)["maxInFlight"] == "7"
     for argv, message in [
-        (["--consumer-opt=max_attempts,3"],
-         "--consumer-opt 'max_attempts': not an option nsq_spark supports"),
+        (
+            ["--consumer-opt=max_attempts,3"],
+            "--consumer-opt 'max_attempts': not an option nsq_spark supports",
+        ),
         (["--consumer-opt=tls_v1,yes"], "--consumer-opt tls_v1: invalid value 'yes'"),
-        (["--consumer-opt=snappy", "--consumer-opt=deflate"],
-         "--consumer-opt: snappy and deflate cannot both be true"),
-        (["--consumer-opt=tls_v1", f"--consumer-opt=tls_root_ca_file,{tmp_path / 'none.pem'}"],
-         "--consumer-opt: tls_root_ca_file: no such file"),
+        (
+            ["--consumer-opt=snappy", "--consumer-opt=deflate"],
+            "--consumer-opt: snappy and deflate cannot both be true",
+        ),
+        (
+            ["--consumer-opt=tls_v1", f"--consumer-opt=tls_root_ca_file,{tmp_path / 'none.pem'}"],
+            "--consumer-opt: tls_root_ca_file: no such file",
+        ),
         (["--consumer-opt=tls_v1", f"--consumer-opt=tls_root_ca_file,{ca}"], "the TLS options do not load"),
     ]:
         with pytest.raises(OptionsError, match=message):
             parsed("archive", *SRC, "--output-dir=o", *argv)
     with pytest.raises(OptionsError, match="--producer-opt 'sample_rate': applies to consumers only"):
-        parsed("republish", *SRC, "--destination-nsqd-tcp-address=d:1", "--destination-topic=u",
-               "--producer-opt=sample_rate,5")
+        parsed(
+            "republish",
+            *SRC,
+            "--destination-nsqd-tcp-address=d:1",
+            "--destination-topic=u",
+            "--producer-opt=sample_rate,5",
+        )
     with pytest.raises(OptionsError, match="flag provided but not defined: -producer-opt"):
         parse_args(["archive", *SRC, "--producer-opt=snappy"])
 
@@ -174,16 +240,22 @@ def test_parse_errors(argv: list[str], message: str) -> None:
         (["archive", *SRC, "--channel=", "--output-dir=o"], "--topic and --channel are required"),
         (["archive", *SRC, "--channel=c!", "--output-dir=o"], "--channel is invalid"),
         (["archive", "--topic=t", "--output-dir=o"], "--nsqd-tcp-address or --lookupd-http-address required"),
-        (["archive", *SRC, "--lookupd-http-address=l:1", "--output-dir=o"],
-         "use --nsqd-tcp-address or --lookupd-http-address not both"),
+        (
+            ["archive", *SRC, "--lookupd-http-address=l:1", "--output-dir=o"],
+            "use --nsqd-tcp-address or --lookupd-http-address not both",
+        ),
         (["archive", *SRC], "--output-dir required"),
         (["archive", *SRC, "--output-dir=o", "--max-in-flight=0"], "--max-in-flight must be > 0"),
-        (["archive", *SRC, "--output-dir=o", "--available-now", "--trigger-interval=5s"],
-         "use --available-now or --trigger-interval not both"),
+        (
+            ["archive", *SRC, "--output-dir=o", "--available-now", "--trigger-interval=5s"],
+            "use --available-now or --trigger-interval not both",
+        ),
         (["archive", *SRC, "--output-dir=o", "--spark-conf=novalue"], "--spark-conf wants key=value"),
         (["archive", *SRC, "--output-dir=o", "--checkpoint-dir=hdfs://nn/ck"], "--spool-dir required"),
-        (["archive", *SRC, "--output-dir=o", "--spool-dir=s3a://b/s"],
-         "--spool-dir must be a local directory"),
+        (
+            ["archive", *SRC, "--output-dir=o", "--spool-dir=s3a://b/s"],
+            "--spool-dir must be a local directory",
+        ),
         (["aggregate", *SRC], "--output-dir or --destination-topic required"),
         (["aggregate", *SRC, "--output-dir=o", "--window=0s"], "--window must be > 0"),
         (["aggregate", *SRC, "--output-dir=o", "--watermark=-1s"], "--watermark must be >= 0"),
@@ -191,13 +263,19 @@ def test_parse_errors(argv: list[str], message: str) -> None:
         (["aggregate", *SRC, "--output-dir=o", "--group-by=a", "--group-by=a"], "given twice"),
         (["aggregate", *SRC, "--destination-topic=d"], "--destination-nsqd-tcp-address required"),
         (["aggregate", *SRC, "--destination-nsqd-tcp-address=d:1"], "--destination-topic required"),
-        (["aggregate", *SRC, "--destination-topic=d!", "--destination-nsqd-tcp-address=d:1"],
-         "--destination-topic is invalid"),
+        (
+            ["aggregate", *SRC, "--destination-topic=d!", "--destination-nsqd-tcp-address=d:1"],
+            "--destination-topic is invalid",
+        ),
         (["republish", *SRC], "--destination-nsqd-tcp-address required"),
-        (["republish", *SRC, "--destination-topic=x y", "--destination-nsqd-tcp-address=d:1"],
-         "--destination-topic is invalid"),
-        (["republish", *SRC, "--destination-nsqd-tcp-address=127.0.0.1:4150"],
-         "would republish into the topic it reads"),
+        (
+            ["republish", *SRC, "--destination-topic=x y", "--destination-nsqd-tcp-address=d:1"],
+            "--destination-topic is invalid",
+        ),
+        (
+            ["republish", *SRC, "--destination-nsqd-tcp-address=127.0.0.1:4150"],
+            "would republish into the topic it reads",
+        ),
     ],
 )
 def test_validation_errors(argv: list[str], message: str) -> None:
@@ -233,9 +311,21 @@ def _flags_in(usage: str) -> set[str]:
 
 def test_each_jobs_help_lists_its_own_flags_only() -> None:
     common = {
-        "version", "topic", "channel", "lookupd-http-address", "nsqd-tcp-address", "max-in-flight",
-        "max-records-per-batch", "msg-timeout", "checkpoint-dir", "spool-dir", "master",
-        "spark-conf", "available-now", "trigger-interval", "consumer-opt",
+        "version",
+        "topic",
+        "channel",
+        "lookupd-http-address",
+        "nsqd-tcp-address",
+        "max-in-flight",
+        "max-records-per-batch",
+        "msg-timeout",
+        "checkpoint-dir",
+        "spool-dir",
+        "master",
+        "spark-conf",
+        "available-now",
+        "trigger-interval",
+        "consumer-opt",
     }
     publishing = {"destination-topic", "destination-nsqd-tcp-address", "producer-opt", "reject-dir"}
     own = {
@@ -260,7 +350,7 @@ def test_query_failure_is_one_line() -> None:
         "[STREAM_FAILED] Query [id = 0e] terminated with exception: [FOREACH_BATCH_USER_FUNCTION_ERROR]"
         " Return Message: Traceback (most recent call last):\n"
         "pyspark.errors.exceptions.captured.PythonException: An exception was thrown from the worker:\n"
-        "Traceback (most recent call last):\n  File \"sink.py\", line 187, in _retry\n"
+        'Traceback (most recent call last):\n  File "sink.py", line 187, in _retry\n'
         "ConnectionError: nsq sink: publishing to ['127.0.0.1:1'] failed: [Errno 111] Connection refused\n"
         "\t... 34 more"
     )
@@ -337,12 +427,15 @@ def test_aggregate_counts_per_window_and_key(utc_spark) -> None:
     )
     assert counts.columns == ["window_start", "window_end", "user", "page", "count"]
     got = sorted((tuple(r) for r in counts.collect()), key=str)
-    assert got == sorted([
-        (utc(2024, 1, 2, 3, 0), utc(2024, 1, 2, 3, 1), "a", "x", 2),
-        (utc(2024, 1, 2, 3, 0), utc(2024, 1, 2, 3, 1), "a", None, 1),
-        (utc(2024, 1, 2, 3, 0), utc(2024, 1, 2, 3, 1), "1", None, 1),
-        (utc(2024, 1, 2, 3, 1), utc(2024, 1, 2, 3, 2), "b", "x", 3),
-    ], key=str)
+    assert got == sorted(
+        [
+            (utc(2024, 1, 2, 3, 0), utc(2024, 1, 2, 3, 1), "a", "x", 2),
+            (utc(2024, 1, 2, 3, 0), utc(2024, 1, 2, 3, 1), "a", None, 1),
+            (utc(2024, 1, 2, 3, 0), utc(2024, 1, 2, 3, 1), "1", None, 1),
+            (utc(2024, 1, 2, 3, 1), utc(2024, 1, 2, 3, 2), "b", "x", 3),
+        ],
+        key=str,
+    )
     assert rejects.columns == [*SOURCE_COLUMNS, "error"]
     rej = {r["body"]: r["error"] for r in rejects.collect()}
     bad_time = 'missing or invalid time field "ts"'
@@ -366,7 +459,9 @@ def test_aggregate_by_message_timestamp_without_group_by(utc_spark) -> None:
     # group-by values: strings as is, other JSON values as their JSON text
     counts, _ = transforms.aggregate_frames(
         frame(utc_spark, [j({"k": {"b": 1, "a": [True, None]}}), j({"k": 1.5}), j({"k": False})]),
-        ["k"], 3600.0, 0.0,
+        ["k"],
+        3600.0,
+        0.0,
     )
     assert {r["k"] for r in counts.collect()} == {"1.5", '{"a":[true,null],"b":1}', "false"}
 
@@ -383,10 +478,18 @@ def test_aggregate_json_lines(utc_spark) -> None:
         b'"u":null,"count":1}',
     ]
     assert sorted((json.loads(b) for b in lines), key=lambda o: str(o["u"])) == [
-        {"window_start": "2024-01-02T03:00:00.000Z", "window_end": "2024-01-02T03:01:00.000Z",
-         "u": None, "count": 1},
-        {"window_start": "2024-01-02T03:00:00.000Z", "window_end": "2024-01-02T03:01:00.000Z",
-         "u": "a", "count": 2},
+        {
+            "window_start": "2024-01-02T03:00:00.000Z",
+            "window_end": "2024-01-02T03:01:00.000Z",
+            "u": None,
+            "count": 1,
+        },
+        {
+            "window_start": "2024-01-02T03:00:00.000Z",
+            "window_end": "2024-01-02T03:01:00.000Z",
+            "u": "a",
+            "count": 2,
+        },
     ]
 
 
@@ -396,9 +499,14 @@ def test_aggregate_group_by_names_are_not_syntax(utc_spark, tmp_path: Path) -> N
     )
     assert counts.columns == ["window_start", "window_end", "a.b", "x y", "q`", "count"]
     line = transforms.aggregate_json_lines(counts).collect()[0]["body"]
-    assert json.loads(line) == {"window_start": "2024-01-02T03:00:00.000Z",
-                                "window_end": "2024-01-02T03:01:00.000Z",
-                                "a.b": "1", "x y": "v", "q`": None, "count": 2}
+    assert json.loads(line) == {
+        "window_start": "2024-01-02T03:00:00.000Z",
+        "window_end": "2024-01-02T03:01:00.000Z",
+        "a.b": "1",
+        "x y": "v",
+        "q`": None,
+        "count": 2,
+    }
     output.BatchFiles(utc_spark, "r").write(counts, str(tmp_path / "o"), 0)
     import pyarrow.dataset as ds
 
@@ -430,11 +538,31 @@ def test_republish_require_json_field(utc_spark) -> None:
 
 
 def test_republish_require_json_value_compares_like_go(utc_spark) -> None:
-    bodies = [j({"a": "1"}), j({"a": 1}), b'{"a": 1.0}', b'{"a": 1e0}', j({"a": "1.0"}),
-              j({"a": True}), j({"a": [1]}), j({"b": "1"}), j({"a": None}), b'{"a": 1.5}']
+    bodies = [
+        j({"a": "1"}),
+        j({"a": 1}),
+        b'{"a": 1.0}',
+        b'{"a": 1e0}',
+        j({"a": "1.0"}),
+        j({"a": True}),
+        j({"a": [1]}),
+        j({"b": "1"}),
+        j({"a": None}),
+        b'{"a": 1.5}',
+    ]
     got = [o for o, _, _ in republish(utc_spark, bodies, require_json_field="a", require_json_value="1")]
-    assert got == ["pass", "pass", "pass", "pass", "filtered",
-                   "filtered", "filtered", "filtered", "filtered", "filtered"]
+    assert got == [
+        "pass",
+        "pass",
+        "pass",
+        "pass",
+        "filtered",
+        "filtered",
+        "filtered",
+        "filtered",
+        "filtered",
+        "filtered",
+    ]
     # a value that is not a number only matches strings
     bodies = [j({"a": "x"}), j({"a": "X"}), j({"a": ["x"]})]
     got = [o for o, _, _ in republish(utc_spark, bodies, require_json_field="a", require_json_value="x")]
@@ -457,8 +585,9 @@ def test_republish_whitelist_is_gos_json_marshal(utc_spark) -> None:
         ("pass", b"{}", None),
         ("reject", None, "json is not an object"),
     ]
-    got = republish(utc_spark, [j({"k": "v", "n": 2}), j({"n": 2})], require_json_field="k",
-                    whitelist_json_fields=["n"])
+    got = republish(
+        utc_spark, [j({"k": "v", "n": 2}), j({"n": 2})], require_json_field="k", whitelist_json_fields=["n"]
+    )
     assert got == [("pass", b'{"n":2}', None), ("filtered", None, None)]
 
 
@@ -485,7 +614,8 @@ def test_batch_files_replace_their_own_batch(utc_spark, tmp_path: Path) -> None:
     names = sorted(str(p.relative_to(tmp_path / "out")) for p in (tmp_path / "out").rglob("*.parquet"))
     assert all(Path(n).name.startswith(("part-run1-0000000007-", "part-run1-0000000008-")) for n in names)
     assert {n.split("/part-")[0] for n in names} == {
-        "topic=t/date=2024-01-02/hour=03", "topic=t/date=2024-01-02/hour=05"
+        "topic=t/date=2024-01-02/hour=03",
+        "topic=t/date=2024-01-02/hour=05",
     }
     back = utc_spark.read.parquet(out)
     assert sorted(r["body"] for r in back.collect()) == [b"a", b"c"]
@@ -527,9 +657,13 @@ def test_batch_gate_stops_the_query_between_batches(spark, tmp_path: Path, caplo
 
     ck = tmp_path / "ck"
     query = (
-        spark.readStream.format("rate").option("rowsPerSecond", "50").load()
-        .writeStream.option("checkpointLocation", str(ck)).trigger(processingTime="100 milliseconds")
-        .foreachBatch(gate.wrap(spark, process)).start()
+        spark.readStream.format("rate")
+        .option("rowsPerSecond", "50")
+        .load()
+        .writeStream.option("checkpointLocation", str(ck))
+        .trigger(processingTime="100 milliseconds")
+        .foreachBatch(gate.wrap(spark, process))
+        .start()
     )
     gate.jquery = query._jsq
     try:
@@ -540,8 +674,11 @@ def test_batch_gate_stops_the_query_between_batches(spark, tmp_path: Path, caplo
         release.set()
         assert gate.wait_idle(60)
         assert done == [0, 1]
-        wait_for(lambda: gate.turned_away or not query.isActive, timeout=60,
-                 what="the next batch to come to the closed gate")
+        wait_for(
+            lambda: gate.turned_away or not query.isActive,
+            timeout=60,
+            what="the next batch to come to the closed gate",
+        )
         query.stop()
         assert query.exception() is None
     finally:
@@ -566,7 +703,10 @@ def nsq_spark(*args: str, timeout: float = 240.0) -> subprocess.CompletedProcess
 
     return subprocess.run(
         [script("nsq_spark"), *args, "--master=local[2]"],
-        stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=timeout,
+        stdin=subprocess.DEVNULL,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
     )
 
 
@@ -576,23 +716,33 @@ def describe(r: subprocess.CompletedProcess[str]) -> str:
 
 @pytest.mark.timeout(300)
 def test_e2e_archive(nsqd_server, unique_topic: str, tmp_path: Path) -> None:
-    from spark.conftest import publish, stats
-
     import pyarrow.dataset as ds
+
+    from spark.conftest import publish, stats
 
     bodies = [f"message {i}".encode() for i in range(40)] + [b"\x00\xffbinary"]
     publish(nsqd_server, unique_topic, bodies)
     out = tmp_path / "archive"
-    r = nsq_spark("archive", f"--topic={unique_topic}", f"--nsqd-tcp-address={nsqd_server.tcp_address}",
-                  f"--output-dir={out}", f"--checkpoint-dir={tmp_path / 'ck'}", "--available-now")
+    r = nsq_spark(
+        "archive",
+        f"--topic={unique_topic}",
+        f"--nsqd-tcp-address={nsqd_server.tcp_address}",
+        f"--output-dir={out}",
+        f"--checkpoint-dir={tmp_path / 'ck'}",
+        "--available-now",
+    )
     assert r.returncode == 0, describe(r)
     assert f"nsq_spark archive: rows in {len(bodies)}, rows out {len(bodies)}, rejects 0" in r.stdout
     today = dt.datetime.now(UTC)
     dirs = {p.parent.relative_to(out).as_posix() for p in out.rglob("*.parquet")}
-    assert dirs <= {
-        f"topic={unique_topic}/date={d:%Y-%m-%d}/hour={d:%H}"
-        for d in (today - dt.timedelta(hours=1), today)
-    } and dirs, dirs
+    assert (
+        dirs
+        <= {
+            f"topic={unique_topic}/date={d:%Y-%m-%d}/hour={d:%H}"
+            for d in (today - dt.timedelta(hours=1), today)
+        }
+        and dirs
+    ), dirs
     table = ds.dataset(str(out), format="parquet", partitioning="hive").to_table()
     assert sorted(table.column("body").to_pylist()) == sorted(bodies)
     assert set(table.column("topic").to_pylist()) == {unique_topic}
@@ -619,36 +769,65 @@ def test_e2e_aggregate(nsqd_server, unique_topic: str, tmp_path: Path) -> None:
         return j({"user": user, "ts": (BASE + dt.timedelta(seconds=second)).isoformat()})
 
     # window 1m, watermark 0s: 03:00 and 03:01 close when the 03:02 event is seen; 03:02 stays open
-    bodies = [ev("a", 1), ev("a", 30), ev("b", 59), ev("a", 61), ev("b", 62), ev("b", 119), ev("c", 125),
-              b"{broken", j({"user": "d"})]
+    bodies = [
+        ev("a", 1),
+        ev("a", 30),
+        ev("b", 59),
+        ev("a", 61),
+        ev("b", 62),
+        ev("b", 119),
+        ev("c", 125),
+        b"{broken",
+        j({"user": "d"}),
+    ]
     publish(nsqd_server, unique_topic, bodies)
     out, rejects, dest = tmp_path / "agg", tmp_path / "rejects", f"{unique_topic}_out"
     r = nsq_spark(
-        "aggregate", f"--topic={unique_topic}", f"--nsqd-tcp-address={nsqd_server.tcp_address}",
-        "--group-by=user", "--window=1m", "--watermark=0s", "--time-field=ts", f"--output-dir={out}",
-        f"--destination-topic={dest}", f"--destination-nsqd-tcp-address={nsqd_server.tcp_address}",
-        f"--checkpoint-dir={tmp_path / 'ck'}", f"--reject-dir={rejects}", "--available-now",
+        "aggregate",
+        f"--topic={unique_topic}",
+        f"--nsqd-tcp-address={nsqd_server.tcp_address}",
+        "--group-by=user",
+        "--window=1m",
+        "--watermark=0s",
+        "--time-field=ts",
+        f"--output-dir={out}",
+        f"--destination-topic={dest}",
+        f"--destination-nsqd-tcp-address={nsqd_server.tcp_address}",
+        f"--checkpoint-dir={tmp_path / 'ck'}",
+        f"--reject-dir={rejects}",
+        "--available-now",
     )
     assert r.returncode == 0, describe(r)
     assert "nsq_spark aggregate: rows in 9, rows out 4, late 0, rejects 2" in r.stdout, describe(r)
     import pyarrow.dataset as ds
 
     table = ds.dataset(str(out), format="parquet").to_table()
-    got = sorted(zip(table.column("window_start").to_pylist(), table.column("user").to_pylist(),
-                     table.column("count").to_pylist(), strict=True))
+    got = sorted(
+        zip(
+            table.column("window_start").to_pylist(),
+            table.column("user").to_pylist(),
+            table.column("count").to_pylist(),
+            strict=True,
+        )
+    )
     assert [(w.astimezone(UTC).strftime("%H:%M"), u, c) for w, u, c in got] == [
-        ("03:00", "a", 2), ("03:00", "b", 1), ("03:01", "a", 1), ("03:01", "b", 2)
+        ("03:00", "a", 2),
+        ("03:00", "b", 1),
+        ("03:01", "a", 1),
+        ("03:01", "b", 2),
     ]
     lines = [json.loads(b) for b in consume(nsqd_server, dest, "check", 4)]
     assert sorted((o["window_start"], o["user"], o["count"]) for o in lines) == [
-        ("2024-01-02T03:00:00.000Z", "a", 2), ("2024-01-02T03:00:00.000Z", "b", 1),
-        ("2024-01-02T03:01:00.000Z", "a", 1), ("2024-01-02T03:01:00.000Z", "b", 2),
+        ("2024-01-02T03:00:00.000Z", "a", 2),
+        ("2024-01-02T03:00:00.000Z", "b", 1),
+        ("2024-01-02T03:01:00.000Z", "a", 1),
+        ("2024-01-02T03:01:00.000Z", "b", 2),
     ]
     bad = ds.dataset(str(rejects), format="parquet").to_table()
     got_rejects = zip(bad.column("body").to_pylist(), bad.column("error").to_pylist(), strict=True)
-    assert sorted(got_rejects) == sorted([
-        (b"{broken", "invalid JSON"), (j({"user": "d"}), 'missing or invalid time field "ts"')
-    ])
+    assert sorted(got_rejects) == sorted(
+        [(b"{broken", "invalid JSON"), (j({"user": "d"}), 'missing or invalid time field "ts"')]
+    )
 
 
 @pytest.mark.timeout(300)
@@ -657,12 +836,21 @@ def test_e2e_republish_streaming_until_sigterm(nsqd_server, unique_topic: str, t
 
     dest = f"{unique_topic}_copy"
     proc = subprocess.Popen(
-        [jobs_script(), "republish", f"--topic={unique_topic}",
-         f"--nsqd-tcp-address={nsqd_server.tcp_address}", f"--destination-topic={dest}",
-         f"--destination-nsqd-tcp-address={nsqd_server.tcp_address}", "--require-json-field=keep",
-         "--whitelist-json-field=n", f"--checkpoint-dir={tmp_path / 'ck'}", "--trigger-interval=200ms",
-         "--master=local[2]"],
-        stdin=subprocess.DEVNULL, stdout=open(tmp_path / "out.txt", "w"),
+        [
+            jobs_script(),
+            "republish",
+            f"--topic={unique_topic}",
+            f"--nsqd-tcp-address={nsqd_server.tcp_address}",
+            f"--destination-topic={dest}",
+            f"--destination-nsqd-tcp-address={nsqd_server.tcp_address}",
+            "--require-json-field=keep",
+            "--whitelist-json-field=n",
+            f"--checkpoint-dir={tmp_path / 'ck'}",
+            "--trigger-interval=200ms",
+            "--master=local[2]",
+        ],
+        stdin=subprocess.DEVNULL,
+        stdout=open(tmp_path / "out.txt", "w"),
         stderr=open(tmp_path / "err.txt", "w"),
     )
     try:
@@ -674,8 +862,11 @@ def test_e2e_republish_streaming_until_sigterm(nsqd_server, unique_topic: str, t
             lines = (tmp_path / "err.txt").read_text().splitlines()
             return sum(int(m[1]) for m in map(BATCH_LINE.search, lines) if m)
 
-        wait_for(lambda: rows_in() >= len(bodies) or proc.poll() is not None, timeout=180,
-                 what="the job to process every message")
+        wait_for(
+            lambda: rows_in() >= len(bodies) or proc.poll() is not None,
+            timeout=180,
+            what="the job to process every message",
+        )
         assert proc.poll() is None, (tmp_path / "err.txt").read_text()[-6000:]
         published = stats(nsqd_server, dest)
         assert published is not None and published["message_count"] == 20

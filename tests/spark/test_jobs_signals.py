@@ -80,25 +80,41 @@ def test_sigterm_to_the_process_group_stops_the_query_cleanly(
     lookupd, nsqds = lookupd_cluster
     bodies = [f"message {i}".encode() for i in range(30)]
     publish(nsqds[0], unique_topic, bodies)
-    wait_for(lambda: lookupd.http_get(f"/lookup?topic={unique_topic}")[0] == 200,
-             what="nsqlookupd to know the topic")
+    wait_for(
+        lambda: lookupd.http_get(f"/lookup?topic={unique_topic}")[0] == 200,
+        what="nsqlookupd to know the topic",
+    )
     out_path, err_path = tmp_path / "out.txt", tmp_path / "err.txt"
     with open(out_path, "w") as out, open(err_path, "w") as err:
         # a process group of its own, as a shell job or a service has: the test signals it whole
         proc = subprocess.Popen(
-            [jobs_script(), "archive", f"--topic={unique_topic}",
-             f"--lookupd-http-address={lookupd.http_address}", f"--output-dir={tmp_path / 'archive'}",
-             f"--checkpoint-dir={tmp_path / 'ck'}", "--trigger-interval=200ms", "--master=local[2]"],
-            stdin=subprocess.DEVNULL, stdout=out, stderr=err, start_new_session=True,
+            [
+                jobs_script(),
+                "archive",
+                f"--topic={unique_topic}",
+                f"--lookupd-http-address={lookupd.http_address}",
+                f"--output-dir={tmp_path / 'archive'}",
+                f"--checkpoint-dir={tmp_path / 'ck'}",
+                "--trigger-interval=200ms",
+                "--master=local[2]",
+            ],
+            stdin=subprocess.DEVNULL,
+            stdout=out,
+            stderr=err,
+            start_new_session=True,
         )
     below: dict[int, int] = {}
     try:
+
         def rows_in() -> int:
             lines = err_path.read_text().splitlines()
             return sum(int(m[1]) for m in map(BATCH_LINE.search, lines) if m)
 
-        wait_for(lambda: rows_in() >= len(bodies) or proc.poll() is not None, timeout=180,
-                 what="the job to archive every message")
+        wait_for(
+            lambda: rows_in() >= len(bodies) or proc.poll() is not None,
+            timeout=180,
+            what="the job to archive every message",
+        )
         assert proc.poll() is None, _describe(proc.poll(), out_path.read_text(), err_path.read_text())
         below = _descendants(proc.pid)
         jvms = [pid for pid in below if _comm(pid) == "java"]
@@ -115,8 +131,11 @@ def test_sigterm_to_the_process_group_stops_the_query_cleanly(
         # nsq_spark waited for its JVM: it is gone, and what it started goes with it
         for pid in jvms:
             assert not _running(pid, below[pid]), f"the JVM {pid} outlived nsq_spark"
-        wait_for(lambda: not [p for p, s in below.items() if _running(p, s)], timeout=15,
-                 what=f"the processes nsq_spark started to exit: {below}")
+        wait_for(
+            lambda: not [p for p, s in below.items() if _running(p, s)],
+            timeout=15,
+            what=f"the processes nsq_spark started to exit: {below}",
+        )
         ch = stats(nsqds[0], unique_topic, "nsq_spark")
         assert ch is not None and ch["depth"] == 0 and ch["in_flight_count"] == 0
     finally:
@@ -136,19 +155,29 @@ def test_a_failed_query_ends_with_its_cause_and_no_summary(
     (tmp_path / "a-file").write_text("not a directory")
     out_dir = tmp_path / "a-file" / "archive"  # cannot be created: its parent is a file
     r = subprocess.run(
-        [jobs_script(), "archive", f"--topic={unique_topic}", f"--nsqd-tcp-address={nsqd_server.tcp_address}",
-         f"--output-dir={out_dir}", f"--checkpoint-dir={tmp_path / 'ck'}", "--available-now",
-         "--master=local[2]"],
-        stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=240,
+        [
+            jobs_script(),
+            "archive",
+            f"--topic={unique_topic}",
+            f"--nsqd-tcp-address={nsqd_server.tcp_address}",
+            f"--output-dir={out_dir}",
+            f"--checkpoint-dir={tmp_path / 'ck'}",
+            "--available-now",
+            "--master=local[2]",
+        ],
+        stdin=subprocess.DEVNULL,
+        capture_output=True,
+        text=True,
+        timeout=240,
     )
     assert r.returncode == 1, _describe(r.returncode, r.stdout, r.stderr)
-    assert "nsq_spark archive:" not in r.stdout and "rows in" not in r.stdout, (
-        _describe(r.returncode, r.stdout, r.stderr)
+    assert "nsq_spark archive:" not in r.stdout and "rows in" not in r.stdout, _describe(
+        r.returncode, r.stdout, r.stderr
     )
     last = r.stderr.rstrip("\n").splitlines()[-1]
     cause = rf"ParentNotDirectoryException: .*{re.escape(str(tmp_path / 'a-file'))}"
-    assert re.fullmatch(f"nsq_spark: query failed: {cause}", last), (
-        _describe(r.returncode, r.stdout, r.stderr)
+    assert re.fullmatch(f"nsq_spark: query failed: {cause}", last), _describe(
+        r.returncode, r.stdout, r.stderr
     )
 
 
@@ -159,10 +188,20 @@ def test_available_now_on_a_topic_nsqlookupd_does_not_know_says_so(
     lookupd, _ = lookupd_cluster
     assert lookupd.http_get(f"/lookup?topic={unique_topic}")[0] == 404
     r = subprocess.run(
-        [jobs_script(), "archive", f"--topic={unique_topic}",
-         f"--lookupd-http-address={lookupd.http_address}", f"--output-dir={tmp_path / 'archive'}",
-         f"--checkpoint-dir={tmp_path / 'ck'}", "--available-now", "--master=local[2]"],
-        stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=240,
+        [
+            jobs_script(),
+            "archive",
+            f"--topic={unique_topic}",
+            f"--lookupd-http-address={lookupd.http_address}",
+            f"--output-dir={tmp_path / 'archive'}",
+            f"--checkpoint-dir={tmp_path / 'ck'}",
+            "--available-now",
+            "--master=local[2]",
+        ],
+        stdin=subprocess.DEVNULL,
+        capture_output=True,
+        text=True,
+        timeout=240,
     )
     # like Go's tools, an unknown topic is not an error (it may not have been created yet):
     # the bounded run reads nothing, says why, and succeeds

@@ -19,7 +19,6 @@ from collections import Counter
 from pathlib import Path
 
 import pytest
-
 from e2e.proc import script
 
 from .conftest import publish, stats, wait_for
@@ -28,7 +27,10 @@ from .conftest import publish, stats, wait_for
 def _run(*args: str, timeout: float = 400.0) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         [script("nsq_spark"), *args, "--master=local[2]"],
-        stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=timeout,
+        stdin=subprocess.DEVNULL,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
     )
 
 
@@ -49,8 +51,10 @@ def _archived(out: Path) -> list[tuple[bytes, str]]:
 
 def _visible_parquet(out: Path) -> bool:
     """A committed Parquet file (not one still under the job's ``_tmp``)."""
-    return any(not any(part.startswith(("_", ".")) for part in p.relative_to(out).parts)
-               for p in out.rglob("*.parquet"))
+    return any(
+        not any(part.startswith(("_", ".")) for part in p.relative_to(out).parts)
+        for p in out.rglob("*.parquet")
+    )
 
 
 def _descendants(pid: int) -> list[int]:
@@ -81,9 +85,15 @@ def test_archive_100k_available_now(nsqd_server, unique_topic: str, tmp_path: Pa
     bodies = [b"%08d " % i + b"x" * 91 for i in range(n)]  # 100 bytes, all distinct
     publish(nsqd_server, unique_topic, bodies)
     out = tmp_path / "archive"
-    r = _run("archive", f"--topic={unique_topic}", f"--nsqd-tcp-address={nsqd_server.tcp_address}",
-             f"--output-dir={out}", f"--checkpoint-dir={tmp_path / 'ck'}", "--max-in-flight=2500",
-             "--available-now")
+    r = _run(
+        "archive",
+        f"--topic={unique_topic}",
+        f"--nsqd-tcp-address={nsqd_server.tcp_address}",
+        f"--output-dir={out}",
+        f"--checkpoint-dir={tmp_path / 'ck'}",
+        "--max-in-flight=2500",
+        "--available-now",
+    )
     assert r.returncode == 0, _describe(r)
     got = [b for b, _ in _archived(out)]
     assert len(got) == n and set(got) == set(bodies)
@@ -134,9 +144,14 @@ def test_archive_kill_9_at_20_moments_then_every_message_exactly_once(
     seed = random.randrange(2**32)
     rnd = random.Random(seed)
     common = [
-        "archive", f"--topic={unique_topic}", f"--lookupd-http-address={lookupd.http_address}",
-        f"--output-dir={tmp_path / 'archive'}", f"--checkpoint-dir={tmp_path / 'ck'}",
-        f"--spool-dir={tmp_path / 'spool'}", "--max-in-flight=200", "--max-records-per-batch=1000",
+        "archive",
+        f"--topic={unique_topic}",
+        f"--lookupd-http-address={lookupd.http_address}",
+        f"--output-dir={tmp_path / 'archive'}",
+        f"--checkpoint-dir={tmp_path / 'ck'}",
+        f"--spool-dir={tmp_path / 'spool'}",
+        "--max-in-flight=200",
+        "--max-records-per-batch=1000",
     ]
     published: list[bytes] = []
     seq = iter(range(10**9))
@@ -176,13 +191,19 @@ def test_archive_kill_9_at_20_moments_then_every_message_exactly_once(
         for k, after in enumerate(schedule):
             run_log = tmp_path / f"run-{k}.log"
             with open(run_log, "w") as log:
-                proc = subprocess.Popen([script("nsq_spark"), *common, "--master=local[2]"],
-                                        stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
-                                        start_new_session=True)
+                proc = subprocess.Popen(
+                    [script("nsq_spark"), *common, "--master=local[2]"],
+                    stdin=subprocess.DEVNULL,
+                    stdout=log,
+                    stderr=subprocess.STDOUT,
+                    start_new_session=True,
+                )
                 try:
                     if after:
-                        def batches_done(log: Path = run_log, n: int = after,
-                                         p: subprocess.Popen[bytes] = proc) -> bool:
+
+                        def batches_done(
+                            log: Path = run_log, n: int = after, p: subprocess.Popen[bytes] = proc
+                        ) -> bool:
                             return len(BATCH_DONE.findall(log.read_bytes())) >= n or p.poll() is not None
 
                         wait_for(batches_done, timeout=180, what=f"run {k}: {after} micro-batch(es) done")
@@ -208,12 +229,13 @@ def test_archive_kill_9_at_20_moments_then_every_message_exactly_once(
     rows = _archived(tmp_path / "archive")
     got = Counter(b for b, _ in rows)
     recognised = sum(
-        int(m.group(1))
-        for f in [*tmp_path.glob("run-*.log")] for m in _AGAIN_RE.finditer(f.read_text())
+        int(m.group(1)) for f in [*tmp_path.glob("run-*.log")] for m in _AGAIN_RE.finditer(f.read_text())
     ) + sum(int(m.group(1)) for m in _AGAIN_RE.finditer(r.stderr + r.stdout))
-    print(f"seed {seed}: killed at (batches done, s after) {moments} ({killed_s:.0f} s in all); published "
-          f"{len(published)}, archived {len(rows)} ({before} before the last run); "
-          f"redeliveries recognised {recognised}")
+    print(
+        f"seed {seed}: killed at (batches done, s after) {moments} ({killed_s:.0f} s in all); published "
+        f"{len(published)}, archived {len(rows)} ({before} before the last run); "
+        f"redeliveries recognised {recognised}"
+    )
     missing = set(published) - set(got)
     assert not missing, f"{len(missing)} of {len(published)} messages lost, e.g. {sorted(missing)[:3]}"
     assert set(got) == set(published), "rows that were never published"
@@ -241,15 +263,26 @@ def test_two_copies_of_the_archive_share_a_channel_and_an_output(
     procs, logs = [], []
     for k in range(2):
         logs.append(tmp_path / f"copy-{k}.log")
-        procs.append(subprocess.Popen(
-            [script("nsq_spark"), "archive", f"--topic={unique_topic}",
-             f"--nsqd-tcp-address={nsqd_server.tcp_address}", f"--output-dir={out}",
-             f"--checkpoint-dir={tmp_path / f'ck{k}'}", "--max-records-per-batch=5000",
-             "--master=local[1]"],
-            stdin=subprocess.DEVNULL, stdout=open(logs[-1], "w"), stderr=subprocess.STDOUT,
-        ))
+        procs.append(
+            subprocess.Popen(
+                [
+                    script("nsq_spark"),
+                    "archive",
+                    f"--topic={unique_topic}",
+                    f"--nsqd-tcp-address={nsqd_server.tcp_address}",
+                    f"--output-dir={out}",
+                    f"--checkpoint-dir={tmp_path / f'ck{k}'}",
+                    "--max-records-per-batch=5000",
+                    "--master=local[1]",
+                ],
+                stdin=subprocess.DEVNULL,
+                stdout=open(logs[-1], "w"),
+                stderr=subprocess.STDOUT,
+            )
+        )
     published: list[bytes] = []
     try:
+
         def subscribed() -> bool:
             for p in procs:
                 assert p.poll() is None, "\n".join(f.read_text()[-3000:] for f in logs)

@@ -26,7 +26,12 @@ def _publish(nsqd: Any, topic: str, bodies: list[bytes], **conn: str) -> None:
 
 @pytest.mark.parametrize("compression", ["snappy", "deflate"])
 def test_sink_and_source_through_tls_compression_and_auth(
-    spark: Any, secure_nsqd: Any, pki: Any, unique_topic: str, tmp_path: Path, compression: str,
+    spark: Any,
+    secure_nsqd: Any,
+    pki: Any,
+    unique_topic: str,
+    tmp_path: Path,
+    compression: str,
     capsys: pytest.CaptureFixture[str],
 ) -> None:
     conn = secure_options(pki, **{compression: "true", "userAgent": f"spark-test/{compression}"})
@@ -34,26 +39,36 @@ def test_sink_and_source_through_tls_compression_and_auth(
     bodies = [b"%s-%05d-\x00\xff" % (compression.encode(), i) for i in range(n)]
     # the sink: a batch write through TLS + compression + AUTH
     (
-        spark.createDataFrame([(b,) for b in bodies], "body BINARY").repartition(2)
-        .write.format("nsq").mode("append")
-        .option("topic", unique_topic).option("nsqdTcpAddresses", secure_nsqd.tcp_address)
-        .options(**conn).save()
+        spark.createDataFrame([(b,) for b in bodies], "body BINARY")
+        .repartition(2)
+        .write.format("nsq")
+        .mode("append")
+        .option("topic", unique_topic)
+        .option("nsqdTcpAddresses", secure_nsqd.tcp_address)
+        .options(**conn)
+        .save()
     )
     t = stats(secure_nsqd, unique_topic)
     assert t is not None and t["message_count"] == n
     # the source: a running query, its connection seen from nsqd while it reads
     df = (
-        spark.readStream.format("nsq").option("topic", unique_topic)
+        spark.readStream.format("nsq")
+        .option("topic", unique_topic)
         .option("nsqdTcpAddresses", secure_nsqd.tcp_address)
-        .option("spoolPath", str(tmp_path / "spool")).option("heartbeatIntervalMs", "1000")
-        .options(**conn).load()
+        .option("spoolPath", str(tmp_path / "spool"))
+        .option("heartbeatIntervalMs", "1000")
+        .options(**conn)
+        .load()
     )
     name = f"secure_{compression}"
     w = df.writeStream.format("memory").queryName(name)
     q = w.option("checkpointLocation", str(tmp_path / "ck")).start()
     try:
-        wait_for(lambda: spark.sql(f"select count(*) from {name}").collect()[0][0] >= n, timeout=90,
-                 what="every row through the source")
+        wait_for(
+            lambda: spark.sql(f"select count(*) from {name}").collect()[0][0] >= n,
+            timeout=90,
+            what="every row through the source",
+        )
         ch = stats(secure_nsqd, unique_topic, "nsq_spark")
         assert ch is not None and len(ch["clients"]) == 1, ch
         client = ch["clients"][0]
@@ -74,8 +89,10 @@ def test_sink_and_source_through_tls_compression_and_auth(
     assert sorted(got) == sorted(bodies)
     ch = stats(secure_nsqd, unique_topic, "nsq_spark")
     assert ch is not None and ch["depth"] == 0 and ch["in_flight_count"] == 0
-    wait_for(lambda: stats(secure_nsqd, unique_topic, "nsq_spark")["client_count"] == 0,
-             what="the source closed its connection")
+    wait_for(
+        lambda: stats(secure_nsqd, unique_topic, "nsq_spark")["client_count"] == 0,
+        what="the source closed its connection",
+    )
 
 
 def test_a_wrong_secret_fails_the_query_and_the_write_with_a_one_line_cause(
@@ -85,8 +102,12 @@ def test_a_wrong_secret_fails_the_query_and_the_write_with_a_one_line_cause(
     conn = secure_options(pki, wrong)
     addr = secure_nsqd.tcp_address
     df = (
-        spark.readStream.format("nsq").option("topic", unique_topic).option("nsqdTcpAddresses", addr)
-        .option("spoolPath", str(tmp_path / "spool")).options(**conn).load()
+        spark.readStream.format("nsq")
+        .option("topic", unique_topic)
+        .option("nsqdTcpAddresses", addr)
+        .option("spoolPath", str(tmp_path / "spool"))
+        .options(**conn)
+        .load()
     )
     q = df.writeStream.format("noop").option("checkpointLocation", str(tmp_path / "ck")).start()
     try:
@@ -102,8 +123,13 @@ def test_a_wrong_secret_fails_the_query_and_the_write_with_a_one_line_cause(
 
     with pytest.raises(Exception) as info:
         (
-            spark.createDataFrame([(b"x",)], "body BINARY").write.format("nsq").mode("append")
-            .option("topic", unique_topic).option("nsqdTcpAddresses", addr).options(**conn).save()
+            spark.createDataFrame([(b"x",)], "body BINARY")
+            .write.format("nsq")
+            .mode("append")
+            .option("topic", unique_topic)
+            .option("nsqdTcpAddresses", addr)
+            .options(**conn)
+            .save()
         )
     assert runner.short_error(info.value) == (
         f"RuntimeError: nsq sink: nsqd {addr} refused the connection: E_AUTH_FAILED AUTH failed"
@@ -112,7 +138,11 @@ def test_a_wrong_secret_fails_the_query_and_the_write_with_a_one_line_cause(
 
 
 def test_republish_with_consumer_and_producer_opts(
-    spark: Any, secure_nsqd: Any, pki: Any, unique_topic: str, tmp_path: Path,
+    spark: Any,
+    secure_nsqd: Any,
+    pki: Any,
+    unique_topic: str,
+    tmp_path: Path,
     capsys: pytest.CaptureFixture[str],
 ) -> None:
     """nsq_spark republish's own query on the shared session: go-nsq's names on both sides."""
@@ -120,13 +150,19 @@ def test_republish_with_consumer_and_producer_opts(
     _publish(secure_nsqd, unique_topic, bodies, **secure_options(pki))
     dest = f"{unique_topic}_out"
     go = ["tls_v1,true", f"tls_root_ca_file,{pki.ca_cert}", f"auth_secret,{SECRET}"]
-    opts = options.parse_args([
-        "republish", f"--topic={unique_topic}", f"--nsqd-tcp-address={secure_nsqd.tcp_address}",
-        f"--destination-topic={dest}", f"--destination-nsqd-tcp-address={secure_nsqd.tcp_address}",
-        f"--checkpoint-dir={tmp_path / 'ck'}", "--available-now",
-        *[f"--consumer-opt={o}" for o in [*go, "snappy"]],
-        *[f"--producer-opt={o}" for o in [*go, "deflate,true", "deflate_level,2"]],
-    ])
+    opts = options.parse_args(
+        [
+            "republish",
+            f"--topic={unique_topic}",
+            f"--nsqd-tcp-address={secure_nsqd.tcp_address}",
+            f"--destination-topic={dest}",
+            f"--destination-nsqd-tcp-address={secure_nsqd.tcp_address}",
+            f"--checkpoint-dir={tmp_path / 'ck'}",
+            "--available-now",
+            *[f"--consumer-opt={o}" for o in [*go, "snappy"]],
+            *[f"--producer-opt={o}" for o in [*go, "deflate,true", "deflate_level,2"]],
+        ]
+    )
     options.validate(opts)
     assert options.sink_options(opts)["deflateLevel"] == "2"
     assert options.source_options(opts)["snappy"] == "true"
@@ -148,10 +184,17 @@ def test_e2e_archive_with_consumer_opts_through_tls_and_auth(
     _publish(secure_nsqd, unique_topic, bodies, **secure_options(pki, snappy="true"))
     out = tmp_path / "archive"
     r = nsq_spark(
-        "archive", f"--topic={unique_topic}", f"--nsqd-tcp-address={secure_nsqd.tcp_address}",
-        f"--output-dir={out}", f"--checkpoint-dir={tmp_path / 'ck'}", "--available-now",
-        "--consumer-opt=tls_v1,true", f"--consumer-opt=tls_root_ca_file,{pki.ca_cert}",
-        f"--consumer-opt=auth_secret,{SECRET}", "--consumer-opt=deflate", "--consumer-opt=deflate_level,3",
+        "archive",
+        f"--topic={unique_topic}",
+        f"--nsqd-tcp-address={secure_nsqd.tcp_address}",
+        f"--output-dir={out}",
+        f"--checkpoint-dir={tmp_path / 'ck'}",
+        "--available-now",
+        "--consumer-opt=tls_v1,true",
+        f"--consumer-opt=tls_root_ca_file,{pki.ca_cert}",
+        f"--consumer-opt=auth_secret,{SECRET}",
+        "--consumer-opt=deflate",
+        "--consumer-opt=deflate_level,3",
         "--consumer-opt=heartbeat_interval,2s",
     )
     assert r.returncode == 0, describe(r)

@@ -71,8 +71,9 @@ def test_spark_home_without_zips(tmp_path: Path) -> None:
 def test_mirrors_of_processes_that_are_gone_are_removed(tmp_path: Path) -> None:
     import subprocess
 
-    gone = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"],
-                          capture_output=True, text=True, check=True).stdout.strip()
+    gone = subprocess.run(
+        [sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True, check=True
+    ).stdout.strip()
     stale = tmp_path / f"nsqpy-spark-home-{gone}-abc"
     (stale / "python").mkdir(parents=True)
     (stale / "jars").symlink_to(HOME / "jars")

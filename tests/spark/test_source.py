@@ -233,9 +233,7 @@ def test_discovery_through_lookupd(
         return len(json.loads(body)["producers"]) if status == 200 else 0
 
     wait_for(lambda: producers() == 2, what="both nsqd registered with nsqlookupd")
-    df = _reader(
-        spark, unique_topic, tmp_path / "spool", nsqlookupdHttpAddresses=lookupd.http_address
-    )
+    df = _reader(spark, unique_topic, tmp_path / "spool", nsqlookupdHttpAddresses=lookupd.http_address)
     _drain_to_memory(spark, df, "src_lookupd", tmp_path / "ckpt")
     rows = spark.sql("select body, nsqd_address from src_lookupd").collect()
     assert len(rows) == 2 * per
@@ -386,7 +384,10 @@ def test_available_now_that_reaches_no_nsqd_fails(spark: Any, unique_topic: str,
 
 @pytest.mark.parametrize("available_now", [False, True])
 def test_a_topic_nsqlookupd_does_not_know_is_reported_once(
-    lookupd_cluster: Any, unique_topic: str, tmp_path: Path, caplog: pytest.LogCaptureFixture,
+    lookupd_cluster: Any,
+    unique_topic: str,
+    tmp_path: Path,
+    caplog: pytest.LogCaptureFixture,
     available_now: bool,
 ) -> None:
     """nsqlookupd answers /lookup with 404 TOPIC_NOT_FOUND: one WARNING naming the topic and
@@ -398,10 +399,13 @@ def test_a_topic_nsqlookupd_does_not_know_is_reported_once(
 
     lookupd, nsqds = lookupd_cluster
     topic = f"{unique_topic}_{int(available_now)}"
-    opts = SourceOptions.parse({
-        "topic": topic, "nsqlookupdHttpAddresses": lookupd.http_address,
-        "spoolPath": str(tmp_path / "spool"),
-    })
+    opts = SourceOptions.parse(
+        {
+            "topic": topic,
+            "nsqlookupdHttpAddresses": lookupd.http_address,
+            "spoolPath": str(tmp_path / "spool"),
+        }
+    )
     rt = Runtime(opts, 0, available_now)
     caplog.set_level(logging.WARNING, "nsqpy.spark.source")
     assert rt.lookup() == {} and rt.lookup() == {}
@@ -425,8 +429,15 @@ def test_a_topic_nsqlookupd_does_not_know_is_reported_once(
 def _runtime(topic: str, nsqd: Any, spool: Path, **extra: str) -> Any:
     from nsqpy.spark.consumer import Runtime
 
-    opts = SourceOptions.parse({"topic": topic, "nsqdTcpAddresses": nsqd.tcp_address,
-                                "spoolPath": str(spool), "maxInFlight": "100", **extra})
+    opts = SourceOptions.parse(
+        {
+            "topic": topic,
+            "nsqdTcpAddresses": nsqd.tcp_address,
+            "spoolPath": str(spool),
+            "maxInFlight": "100",
+            **extra,
+        }
+    )
     rt = Runtime(opts, 0, available_now=False)
     rt.start()
     return rt
@@ -489,7 +500,8 @@ def test_a_message_that_timed_out_while_spooled_is_not_spooled_twice(
     """Spooling takes longer than the message timeout: nsqd answers the FIN with
     E_FIN_FAILED and delivers the message again; the source remembers the id (durably)
     and FINs the redelivery without spooling it again."""
-    from nsqpy.spark import consumer, spool as spool_mod
+    from nsqpy.spark import consumer
+    from nsqpy.spark import spool as spool_mod
 
     publish(nsqd_server, unique_topic, [b"slow-%d" % i for i in range(5)])
     real_write = spool_mod.Spool.write

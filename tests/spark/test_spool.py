@@ -44,9 +44,7 @@ def test_first_deliveries_are_never_redeliveries(tmp_path: Path) -> None:
     assert sp.redelivered == 2
 
 
-def test_recent_ids_are_bounded_and_pinned_when_a_connection_ends(
-    tmp_path: Path, monkeypatch
-) -> None:
+def test_recent_ids_are_bounded_and_pinned_when_a_connection_ends(tmp_path: Path, monkeypatch) -> None:
     monkeypatch.setattr(spool_mod, "MIN_KEEP", 10)
     sp = Spool(str(tmp_path / "s"), keep=10)
     for start in range(0, 40, 5):

@@ -72,8 +72,10 @@ def cluster(tmp_path_factory):
         cb = cl.consumer(b, 2)
         cb.next(timeout=10)
         cb.next(timeout=10)
-        wait_until(lambda: (c := channels(a, "st")["ch"])["in_flight_count"] == 1
-                   and c["deferred_count"] == 3, what="A's channel to settle")
+        wait_until(
+            lambda: (c := channels(a, "st")["ch"])["in_flight_count"] == 1 and c["deferred_count"] == 3,
+            what="A's channel to settle",
+        )
         wait_until(lambda: channels(b, "st")["ch"]["in_flight_count"] == 2, what="B's channel to settle")
 
         def registered() -> bool:
@@ -101,8 +103,13 @@ def summed_line(cl: Cluster) -> str:
 
 
 def test_header_and_columns_through_lookupd(cluster):
-    res = stat(f"--lookupd-http-address={cluster.lookupd.http_address}", "--count=2", "--interval=50ms",
-               "--http-client-connect-timeout=1s", "--http-client-request-timeout=3s")
+    res = stat(
+        f"--lookupd-http-address={cluster.lookupd.http_address}",
+        "--count=2",
+        "--interval=50ms",
+        "--http-client-connect-timeout=1s",
+        "--http-client-request-timeout=3s",
+    )
     assert res.returncode == 0, res.stderr
     assert res.stdout.decode() == HEADER_TEXT + LINE + LINE
     assert summed_line(cluster) == LINE
@@ -110,14 +117,20 @@ def test_header_and_columns_through_lookupd(cluster):
 
 
 def test_nsqd_addresses_give_the_same_sums(cluster):
-    res = stat(f"--nsqd-http-address={cluster.a.http_address}", "--nsqd-http-address",
-               cluster.b.http_address, "--count=1", "--interval=10ms")
+    res = stat(
+        f"--nsqd-http-address={cluster.a.http_address}",
+        "--nsqd-http-address",
+        cluster.b.http_address,
+        "--count=1",
+        "--interval=10ms",
+    )
     assert res.returncode == 0, res.stderr
     assert res.stdout.decode() == HEADER_TEXT + LINE
     # one node alone
     res = stat(f"--nsqd-http-address={cluster.b.http_address}", "--count=1", "--interval=10ms")
     assert res.stdout.decode() == HEADER_TEXT + (
-        "      0       0 |       1       0       1     2     0 |       0       0            3       1\n")
+        "      0       0 |       1       0       1     2     0 |       0       0            3       1\n"
+    )
 
 
 def test_header_again_every_25_polls(cluster):
@@ -128,9 +141,16 @@ def test_header_again_every_25_polls(cluster):
 
 def test_runs_until_a_signal(cluster, tmp_path):
     for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
-        with ToolProcess("nsq_stat", ["--topic=st", "--channel=ch", "--interval=20ms",
-                                      f"--lookupd-http-address={cluster.lookupd.http_address}"],
-                         tmp_path) as p:
+        with ToolProcess(
+            "nsq_stat",
+            [
+                "--topic=st",
+                "--channel=ch",
+                "--interval=20ms",
+                f"--lookupd-http-address={cluster.lookupd.http_address}",
+            ],
+            tmp_path,
+        ) as p:
             wait_until(lambda: p.stdout().count(b"\n") >= 4, what="two report lines")
             p.signal(sig)
             assert p.wait() == 0, p.describe()
@@ -149,7 +169,8 @@ def test_rates_are_per_second_of_the_interval():
     cur.client_count = 3
     # 60 messages in, 70 out (10 more than came in: the depth fell by 10), over 2 s
     assert report_line(prev, cur, 2.0) == (
-        "     30      35 |      40      30      10 12345     6 |       7       8          160       3\n")
+        "     30      35 |      40      30      10 12345     6 |       7       8          160       3\n"
+    )
     # Go's int64() truncates toward zero; a counter that went back (a restarted nsqd) is negative
     cur.message_count, cur.depth = 95, 50
     assert report_line(prev, cur, 2.0).startswith("     -2      -2 |")
@@ -157,13 +178,23 @@ def test_rates_are_per_second_of_the_interval():
 
 
 def test_missing_channel_or_topic_is_fatal(cluster):
-    res = run_tool("nsq_stat", "--topic=st", "--channel=nope", "--count=1",
-                   f"--lookupd-http-address={cluster.lookupd.http_address}")
+    res = run_tool(
+        "nsq_stat",
+        "--topic=st",
+        "--channel=nope",
+        "--count=1",
+        f"--lookupd-http-address={cluster.lookupd.http_address}",
+    )
     assert res.returncode == 1
     assert b"FATAL: failed to find channel(nope) in stats metadata for topic(st)\n" in res.stderr
     assert res.stdout == b""
-    res = run_tool("nsq_stat", "--topic=nowhere", "--channel=ch", "--count=1",
-                   f"--nsqd-http-address={cluster.a.http_address}")
+    res = run_tool(
+        "nsq_stat",
+        "--topic=nowhere",
+        "--channel=ch",
+        "--count=1",
+        f"--nsqd-http-address={cluster.a.http_address}",
+    )
     assert res.returncode == 1
     assert b"FATAL: failed to get nsqd stats - failed to query any nsqd" in res.stderr
 
@@ -172,15 +203,20 @@ def test_unreachable_nsqd_is_fatal():
     port = free_port()
     res = run_tool("nsq_stat", "--topic=st", "--channel=ch", f"--nsqd-http-address=127.0.0.1:{port}")
     assert res.returncode == 1
-    assert (f'FATAL: failed to get topic producers - failed to query any nsqd: Get '
-            f'"http://127.0.0.1:{port}/stats?format=json&topic=st&include_clients=false": dial tcp '
-            f'127.0.0.1:{port}: connect: connection refused').encode() in res.stderr
+    assert (
+        f"FATAL: failed to get topic producers - failed to query any nsqd: Get "
+        f'"http://127.0.0.1:{port}/stats?format=json&topic=st&include_clients=false": dial tcp '
+        f"127.0.0.1:{port}: connect: connection refused"
+    ).encode() in res.stderr
 
 
 def test_a_partial_failure_is_fatal_too(cluster):
     # Go's nsq_stat stops on any error, the partial ones (a node that did not answer) included
-    res = stat(f"--nsqd-http-address={cluster.a.http_address}",
-               f"--nsqd-http-address=127.0.0.1:{free_port()}", "--count=1")
+    res = stat(
+        f"--nsqd-http-address={cluster.a.http_address}",
+        f"--nsqd-http-address=127.0.0.1:{free_port()}",
+        "--count=1",
+    )
     assert res.returncode == 1
     assert b"FATAL: failed to get topic producers - Get " in res.stderr
 
@@ -189,26 +225,44 @@ def test_a_partial_failure_is_fatal_too(cluster):
     "args, code, expected",
     [
         (["--bogus"], 2, "flag provided but not defined: -bogus"),
-        (["--count=x"], 2,
-         'invalid value "x" for flag -count: strconv.ParseInt: parsing "x": invalid syntax'),
-        (["--count=3000000000"], 2, "strconv.ParseInt: parsing \"3000000000\": value out of range"),
+        (
+            ["--count=x"],
+            2,
+            'invalid value "x" for flag -count: strconv.ParseInt: parsing "x": invalid syntax',
+        ),
+        (["--count=3000000000"], 2, 'strconv.ParseInt: parsing "3000000000": value out of range'),
         (["--interval=2"], 2, 'invalid value "2" for flag -interval: parse error'),
         (["--channel=ch"], 1, "--topic and --channel are required"),
         (["--topic=st"], 1, "--topic and --channel are required"),
         (["--topic=st", "--channel=ch", "--interval=0s"], 1, "--interval should be positive"),
         (["--topic=st", "--channel=ch", "--interval=-1s"], 1, "--interval should be positive"),
-        (["--topic=st", "--channel=ch", "--http-client-connect-timeout=0"], 1,
-         "--http-client-connect-timeout should be positive"),
-        (["--topic=st", "--channel=ch", "--http-client-request-timeout=0"], 1,
-         "--http-client-request-timeout should be positive"),
+        (
+            ["--topic=st", "--channel=ch", "--http-client-connect-timeout=0"],
+            1,
+            "--http-client-connect-timeout should be positive",
+        ),
+        (
+            ["--topic=st", "--channel=ch", "--http-client-request-timeout=0"],
+            1,
+            "--http-client-request-timeout should be positive",
+        ),
         (["--topic=st", "--channel=ch", "--count=0"], 1, "--count should be positive"),
         (["--topic=st", "--channel=ch"], 1, "--nsqd-http-address or --lookupd-http-address required"),
-        (["--topic=st", "--channel=ch", "--nsqd-http-address=a:1", "--lookupd-http-address=b:2"], 1,
-         "use --nsqd-http-address or --lookupd-http-address not both"),
-        (["--topic=st", "--channel=ch", "--nsqd-http-address=http://a:1"], 1,
-         "--nsqd-http-address error - address should not contain scheme"),
-        (["--topic=st", "--channel=ch", "--lookupd-http-address=https://b:2"], 1,
-         "--lookupd-http-address error - address should not contain scheme"),
+        (
+            ["--topic=st", "--channel=ch", "--nsqd-http-address=a:1", "--lookupd-http-address=b:2"],
+            1,
+            "use --nsqd-http-address or --lookupd-http-address not both",
+        ),
+        (
+            ["--topic=st", "--channel=ch", "--nsqd-http-address=http://a:1"],
+            1,
+            "--nsqd-http-address error - address should not contain scheme",
+        ),
+        (
+            ["--topic=st", "--channel=ch", "--lookupd-http-address=https://b:2"],
+            1,
+            "--lookupd-http-address error - address should not contain scheme",
+        ),
     ],
 )
 def test_bad_command_lines(args, code, expected):

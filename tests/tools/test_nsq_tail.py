@@ -41,8 +41,10 @@ def test_n_stops_early_and_leaves_the_rest(nsqd_proc):
     assert res.returncode == 0, res.stderr
     assert res.stdout == b"e0\ne1\ne2\n"
     # shown messages were FINed; nothing printed was left in flight or requeued as unseen
-    ch = wait_until(lambda: (c := channels(nsqd_proc, "early").get("keep")) and c["client_count"] == 0 and c,
-                    what="nsq_tail to leave")
+    ch = wait_until(
+        lambda: (c := channels(nsqd_proc, "early").get("keep")) and c["client_count"] == 0 and c,
+        what="nsq_tail to leave",
+    )
     assert ch["depth"] == 7
     assert ch["in_flight_count"] == 0
     res = tail(nsqd_proc, "--topic=early", "--channel=keep", "-n", "7")
@@ -60,8 +62,9 @@ def test_several_topics_with_print_topic(nsqd_proc):
 
 
 def test_default_channel_is_ephemeral_and_messages_are_fined(nsqd_proc, tmp_path):
-    with ToolProcess("nsq_tail", [f"--nsqd-tcp-address={nsqd_proc.tcp_address}", "--topic=live"],
-                     tmp_path) as p:
+    with ToolProcess(
+        "nsq_tail", [f"--nsqd-tcp-address={nsqd_proc.tcp_address}", "--topic=live"], tmp_path
+    ) as p:
         chans = wait_until(lambda: channels(nsqd_proc, "live"), what="nsq_tail's channel")
         (name,) = chans
         assert re.fullmatch(r"tail\d{6}#ephemeral", name), name
@@ -79,13 +82,20 @@ def test_default_channel_is_ephemeral_and_messages_are_fined(nsqd_proc, tmp_path
 
 
 def test_sigint_stops_cleanly(nsqd_proc, tmp_path):
-    with ToolProcess("nsq_tail", [f"--nsqd-tcp-address={nsqd_proc.tcp_address}", "--topic=intr",
-                                  "--channel=c1", "--consumer-opt=client_id,tail-test",
-                                  "--max-in-flight=7"], tmp_path) as p:
+    with ToolProcess(
+        "nsq_tail",
+        [
+            f"--nsqd-tcp-address={nsqd_proc.tcp_address}",
+            "--topic=intr",
+            "--channel=c1",
+            "--consumer-opt=client_id,tail-test",
+            "--max-in-flight=7",
+        ],
+        tmp_path,
+    ) as p:
         ch = wait_until(lambda: channels(nsqd_proc, "intr").get("c1"), what="the channel")
         assert ch["clients"][0]["client_id"] == "tail-test"
-        wait_until(lambda: channels(nsqd_proc, "intr")["c1"]["clients"][0]["ready_count"] == 7,
-                   what="RDY 7")
+        wait_until(lambda: channels(nsqd_proc, "intr")["c1"]["clients"][0]["ready_count"] == 7, what="RDY 7")
         p.signal(signal.SIGINT)
         assert p.wait() == 0, p.describe()
         assert "Traceback" not in p.stderr()
@@ -96,8 +106,9 @@ def test_lookupd_discovery(tmp_path):
     lookupd = NsqlookupdProcess(tmp_path / "lookupd").start()
     nsqd = None
     try:
-        nsqd = NsqdProcess(tmp_path / "nsqd", f"--lookupd-tcp-address={lookupd.tcp_address}",
-                           "--broadcast-address=127.0.0.1").start()
+        nsqd = NsqdProcess(
+            tmp_path / "nsqd", f"--lookupd-tcp-address={lookupd.tcp_address}", "--broadcast-address=127.0.0.1"
+        ).start()
         publish_http(nsqd, "found", b"via lookupd")
 
         def registered() -> bool:
@@ -105,8 +116,9 @@ def test_lookupd_discovery(tmp_path):
             return status == 200 and bool(json.loads(body)["producers"])
 
         wait_until(registered, what="the topic in nsqlookupd")
-        res = run_tool("nsq_tail", f"--lookupd-http-address={lookupd.http_address}", "--topic=found",
-                       "-n", "1")
+        res = run_tool(
+            "nsq_tail", f"--lookupd-http-address={lookupd.http_address}", "--topic=found", "-n", "1"
+        )
         assert res.returncode == 0, res.stderr
         assert res.stdout == b"via lookupd\n"
     finally:
@@ -116,8 +128,12 @@ def test_lookupd_discovery(tmp_path):
 
 
 def test_unreachable_nsqd_fails_clearly():
-    res = run_tool("nsq_tail", f"--nsqd-tcp-address=127.0.0.1:{free_port()}", "--topic=t",
-                   "--consumer-opt=dial_timeout,200ms")
+    res = run_tool(
+        "nsq_tail",
+        f"--nsqd-tcp-address=127.0.0.1:{free_port()}",
+        "--topic=t",
+        "--consumer-opt=dial_timeout,200ms",
+    )
     assert res.returncode == 1
     assert b"failed to connect to nsqd 127.0.0.1:" in res.stderr
 
@@ -125,18 +141,30 @@ def test_unreachable_nsqd_fails_clearly():
 @pytest.mark.parametrize(
     "args, code, expected",
     [
-        (["--topic=t", "--nsqd-tcp-address=127.0.0.1:4150", "--bogus"], 2,
-         "flag provided but not defined: -bogus"),
+        (
+            ["--topic=t", "--nsqd-tcp-address=127.0.0.1:4150", "--bogus"],
+            2,
+            "flag provided but not defined: -bogus",
+        ),
         (["--topic=t", "-n", "x"], 2, 'invalid value "x" for flag -n: parse error'),
-        (["--topic=t", "--nsqd-tcp-address=127.0.0.1:4150", "--consumer-opt=nope,1"], 2,
-         'invalid value "nope,1" for flag -consumer-opt: invalid option nope'),
+        (
+            ["--topic=t", "--nsqd-tcp-address=127.0.0.1:4150", "--consumer-opt=nope,1"],
+            2,
+            'invalid value "nope,1" for flag -consumer-opt: invalid option nope',
+        ),
         (["--topic=t"], 1, "--nsqd-tcp-address or --lookupd-http-address required"),
-        (["--topic=t", "--nsqd-tcp-address=127.0.0.1:4150", "--lookupd-http-address=127.0.0.1:4161"], 1,
-         "use --nsqd-tcp-address or --lookupd-http-address not both"),
+        (
+            ["--topic=t", "--nsqd-tcp-address=127.0.0.1:4150", "--lookupd-http-address=127.0.0.1:4161"],
+            1,
+            "use --nsqd-tcp-address or --lookupd-http-address not both",
+        ),
         (["--nsqd-tcp-address=127.0.0.1:4150"], 1, "--topic required"),
         (["--topic=bad topic", "--nsqd-tcp-address=127.0.0.1:4150"], 1, "invalid topic name"),
-        (["--topic=t", "--channel=bad channel", "--nsqd-tcp-address=127.0.0.1:4150"], 1,
-         "invalid channel name"),
+        (
+            ["--topic=t", "--channel=bad channel", "--nsqd-tcp-address=127.0.0.1:4150"],
+            1,
+            "invalid channel name",
+        ),
         (["--topic=t", "--nsqd-tcp-address=127.0.0.1:4150", "--max-in-flight=-1"], 1, "max_in_flight"),
     ],
 )
@@ -154,8 +182,17 @@ def test_help_and_version():
     res = run_tool("nsq_tail", "-h")
     assert res.returncode == 0
     err = res.stderr.decode()
-    for flag in ("-topic value", "-channel string", "-max-in-flight int", "-n int", "-print-topic",
-                 "-nsqd-tcp-address value", "-lookupd-http-address value", "-consumer-opt value", "-version"):
+    for flag in (
+        "-topic value",
+        "-channel string",
+        "-max-in-flight int",
+        "-n int",
+        "-print-topic",
+        "-nsqd-tcp-address value",
+        "-lookupd-http-address value",
+        "-consumer-opt value",
+        "-version",
+    ):
         assert f"  {flag}\n" in err
     assert "(default 200)" in err
     res = run_tool("nsq_tail", "--version")

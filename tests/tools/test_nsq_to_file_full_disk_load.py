@@ -96,7 +96,7 @@ def test_full_output_disk_under_load_fins_only_what_was_written(nsqd_proc, tmp_p
                             f"/mpub?topic={topic}", b"\n".join(bodies[k : k + 50])
                         )
                         assert status == 200, resp
-                except BaseException as e:  # noqa: BLE001 - re-raised by the test
+                except BaseException as e:
                     errors.append(e)
 
             publisher = threading.Thread(target=publish)

@@ -29,20 +29,23 @@ def utc(monkeypatch):
     time.tzset()
 
 
-@pytest.mark.parametrize("fmt, layout, out", [
-    ("%Y-%m-%d_%H", "2006-01-02_15", "2024-01-02_14"),  # the default
-    ("%Y%m%d%H%M%S", "20060102150405", "20240102142405"),
-    ("%y %I %p %a %A %b %B", "06 03 PM Mon Monday Jan January", "24 02 PM Tue Tuesday Jan January"),
-    ("%Z %z", "MST -0700", "UTC +0000"),
-    ("%j %% %", "%j % %", "%j % %"),  # unknown directives stay as they are
-    # Go's layout reads literal text too: a "1" is the month, "Janx" is not a month name
-    ("log%Y1", "log20061", "log20241"),
-    ("%bx", "Janx", "Janx"),
-    ("%S.000 %S.99", "05.000 05.99", "05.123 05.12"),
-    ("_%Y", "_2006", "_2024"),
-    ("at 3PM", "at 3PM", "at 2PM"),
-    ("Z07:00 -07", "Z07:00 -07", "Z +00"),
-])
+@pytest.mark.parametrize(
+    "fmt, layout, out",
+    [
+        ("%Y-%m-%d_%H", "2006-01-02_15", "2024-01-02_14"),  # the default
+        ("%Y%m%d%H%M%S", "20060102150405", "20240102142405"),
+        ("%y %I %p %a %A %b %B", "06 03 PM Mon Monday Jan January", "24 02 PM Tue Tuesday Jan January"),
+        ("%Z %z", "MST -0700", "UTC +0000"),
+        ("%j %% %", "%j % %", "%j % %"),  # unknown directives stay as they are
+        # Go's layout reads literal text too: a "1" is the month, "Janx" is not a month name
+        ("log%Y1", "log20061", "log20241"),
+        ("%bx", "Janx", "Janx"),
+        ("%S.000 %S.99", "05.000 05.99", "05.123 05.12"),
+        ("_%Y", "_2006", "_2024"),
+        ("at 3PM", "at 3PM", "at 2PM"),
+        ("Z07:00 -07", "Z07:00 -07", "Z +00"),
+    ],
+)
 def test_strftime_is_go_layout(utc, fmt, layout, out):
     assert strftime_to_go_layout(fmt) == layout
     assert go_strftime(fmt, NS) == out
@@ -64,13 +67,20 @@ def test_filename_format_rules():
     assert compute_filename_format(base, "t", "web1.example.com", 42) == "t.web1.<DATETIME>.log"
     gz = FileOptions(output_dir="/o", work_dir="/o", gzip=True)
     assert compute_filename_format(gz, "t", "h", 1) == "t.h<REV>.<DATETIME>.log.gz"
-    custom = FileOptions(output_dir="/o", work_dir="/w", filename_format="<TOPIC>/<HOST>-<PID><REV>.gz",
-                         host_identifier="<SHORT_HOST>|<HOSTNAME>", gzip=True)
+    custom = FileOptions(
+        output_dir="/o",
+        work_dir="/w",
+        filename_format="<TOPIC>/<HOST>-<PID><REV>.gz",
+        host_identifier="<SHORT_HOST>|<HOSTNAME>",
+        gzip=True,
+    )
     assert compute_filename_format(custom, "t", "a.b.c", 7) == "t/a|a.b.c-7<REV>.gz"
-    for opts in (FileOptions(gzip=True, filename_format="x.log"),
-                 FileOptions(rotate_size=1, filename_format="x.log"),
-                 FileOptions(rotate_interval=1.0, filename_format="x.log"),
-                 FileOptions(work_dir="/w", output_dir="/o", filename_format="x.log")):
+    for opts in (
+        FileOptions(gzip=True, filename_format="x.log"),
+        FileOptions(rotate_size=1, filename_format="x.log"),
+        FileOptions(rotate_interval=1.0, filename_format="x.log"),
+        FileOptions(work_dir="/w", output_dir="/o", filename_format="x.log"),
+    ):
         with pytest.raises(ValueError, match="missing <REV> in --filename-format"):
             compute_filename_format(opts, "t", "h", 1)
 

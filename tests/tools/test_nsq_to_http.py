@@ -91,6 +91,7 @@ class Recorder:
     async def _setup(self) -> None:
         self._gate = asyncio.Event()
         self._changed = asyncio.Condition()
+
         @web.middleware
         async def every_path(request: web.Request, handler: object) -> web.StreamResponse:
             return await self._handle(request)  # whatever the router thinks of the path
@@ -104,9 +105,13 @@ class Recorder:
 
     async def _handle(self, request: web.Request) -> web.StreamResponse:
         body = await request.read()
-        seen = Seen(request.method, request.raw_path,
-                    tuple((k.decode(), v.decode("latin-1")) for k, v in request.raw_headers),
-                    body, time.monotonic())
+        seen = Seen(
+            request.method,
+            request.raw_path,
+            tuple((k.decode(), v.decode("latin-1")) for k, v in request.raw_headers),
+            body,
+            time.monotonic(),
+        )
         name = request.raw_path.lstrip("/").split("/", 1)[0].split("?", 1)[0]
         route = self.routes.setdefault(name, Route())
         assert self._gate is not None and self._changed is not None
@@ -126,8 +131,12 @@ class Recorder:
                 async with self._changed:
                     # a safety net, not a synchronisation: the test checks max_inflight after
                     with contextlib.suppress(asyncio.TimeoutError):
-                        await asyncio.wait_for(self._changed.wait_for(
-                            lambda: route.inflight >= route.barrier or self._gate.is_set()), 15)
+                        await asyncio.wait_for(
+                            self._changed.wait_for(
+                                lambda: route.inflight >= route.barrier or self._gate.is_set()
+                            ),
+                            15,
+                        )
             if delay:
                 await asyncio.sleep(delay)
             if body_delay:
@@ -190,13 +199,18 @@ _topic_counter = iter(range(1_000_000))
 @pytest.fixture
 def topic(request) -> str:
     """A topic of its own for each test."""
-    return f"h{next(_topic_counter)}_{request.node.name[:40]}".replace("[", "_").replace("]", "_") \
-        .replace("-", "_").replace(".", "_")[:64]
+    return (
+        f"h{next(_topic_counter)}_{request.node.name[:40]}".replace("[", "_")
+        .replace("]", "_")
+        .replace("-", "_")
+        .replace(".", "_")[:64]
+    )
 
 
 def start(nsqd: NsqdProcess, tmp_path, topic: str, *args: str) -> ToolProcess:
-    return ToolProcess("nsq_to_http", [f"--nsqd-tcp-address={nsqd.tcp_address}", f"--topic={topic}",
-                                       *args], tmp_path)
+    return ToolProcess(
+        "nsq_to_http", [f"--nsqd-tcp-address={nsqd.tcp_address}", f"--topic={topic}", *args], tmp_path
+    )
 
 
 def stop_ok(p: ToolProcess, sig: int = signal.SIGTERM) -> str:
@@ -215,12 +229,14 @@ def channel(nsqd: NsqdProcess, topic: str, name: str = "nsq_to_http") -> dict:
 def drained(nsqd: NsqdProcess, topic: str, finished: int, name: str = "nsq_to_http") -> dict:
     """Wait until the channel has nothing left (queued, in flight or deferred) and its tool's
     connection FINished ``finished`` messages."""
+
     def cond() -> dict | None:
         ch = channel(nsqd, topic, name)
         if not ch or ch["depth"] or ch["in_flight_count"] or ch["deferred_count"]:
             return None
         clients = ch["clients"] or []
         return ch if sum(c["finish_count"] for c in clients) == finished else None
+
     return wait_until(cond, timeout=20, what=f"{finished} messages FINished and the channel empty")
 
 
@@ -231,8 +247,16 @@ def test_post_requests_are_gos(nsqd_proc, http, tmp_path, topic):
     bodies = [b"first message", b'{"json": [1, 2]}', b"\x00\xffbinary\r\n", b"x" * 70_000]
     publish_http(nsqd_proc, topic, *bodies)
     url = http.route("in") + "/path?q=1&r=a%2Fb"
-    with start(nsqd_proc, tmp_path, topic, f"--post={url}", "-n", "1", "--max-in-flight=1",
-               "--consumer-opt=client_id,to-http-test") as p:
+    with start(
+        nsqd_proc,
+        tmp_path,
+        topic,
+        f"--post={url}",
+        "-n",
+        "1",
+        "--max-in-flight=1",
+        "--consumer-opt=client_id,to-http-test",
+    ) as p:
         wait_until(lambda: len(http.seen("in")) == 4, what="4 requests", timeout=20)
         ch = drained(nsqd_proc, topic, 4)
         client = ch["clients"][0]
@@ -264,16 +288,23 @@ def test_get_puts_the_query_escaped_message_where_the_url_says(nsqd_proc, http, 
     http.route("p")
     http.route("f")
     # every destination gets every message with --mode=multicast (Go's ModeAll)
-    args = [f"--get={http.url('q')}?data=%s&pct=%%25",  # %% is a literal %
-            f"--get={http.url('p')}/%s/end",
-            f"--get={http.url('f')}?a=%s&b=%d",  # Go's fmt: %d has no argument left
-            "--mode=multicast", "-n", "1", "--max-in-flight=1"]
+    args = [
+        f"--get={http.url('q')}?data=%s&pct=%%25",  # %% is a literal %
+        f"--get={http.url('p')}/%s/end",
+        f"--get={http.url('f')}?a=%s&b=%d",  # Go's fmt: %d has no argument left
+        "--mode=multicast",
+        "-n",
+        "1",
+        "--max-in-flight=1",
+    ]
     with start(nsqd_proc, tmp_path, topic, *args) as p:
         wait_until(lambda: len(http.seen()) == 15, what="15 requests", timeout=20)
         drained(nsqd_proc, topic, 5)
         err = stop_ok(p)
-    assert (f"--get {http.url('f')}?a=%s&b=%d: a % other than %s or %% is a printf verb, as in Go: "
-            f"the URL becomes {http.url('f')}?a=<MESSAGE>&b=%!d(MISSING)") in err
+    assert (
+        f"--get {http.url('f')}?a=%s&b=%d: a % other than %s or %% is a printf verb, as in Go: "
+        f"the URL becomes {http.url('f')}?a=<MESSAGE>&b=%!d(MISSING)"
+    ) in err
     assert err.count("is a printf verb") == 1
     assert [s.target for s in http.seen("q")] == [f"/q?data={e}&pct=%25" for e in escaped]
     assert [s.target for s in http.seen("p")] == [f"/p/{e}/end" for e in escaped]
@@ -283,16 +314,28 @@ def test_get_puts_the_query_escaped_message_where_the_url_says(nsqd_proc, http, 
     for s in http.seen():
         assert s.method == "GET"
         assert s.body == b""
-        assert s.header_map() == {"Host": f"127.0.0.1:{http.port}", "User-Agent": UA,
-                                  "Accept-Encoding": "gzip"}
+        assert s.header_map() == {
+            "Host": f"127.0.0.1:{http.port}",
+            "User-Agent": UA,
+            "Accept-Encoding": "gzip",
+        }
 
 
 def test_headers_and_content_type(nsqd_proc, http, tmp_path, topic):
     publish_http(nsqd_proc, topic, b'{"a":1}')
-    with start(nsqd_proc, tmp_path, topic, f"--post={http.route('h')}",
-               "--header", "X-Trace-Id: abc 123", "--header=x-lower-case:v:with:colons",
-               "--header= Authorization :  Bearer t0k3n ", "--header=user-agent: custom-agent/2",
-               "--header=Host: ignored.example", "--content-type=application/json") as p:
+    with start(
+        nsqd_proc,
+        tmp_path,
+        topic,
+        f"--post={http.route('h')}",
+        "--header",
+        "X-Trace-Id: abc 123",
+        "--header=x-lower-case:v:with:colons",
+        "--header= Authorization :  Bearer t0k3n ",
+        "--header=user-agent: custom-agent/2",
+        "--header=Host: ignored.example",
+        "--content-type=application/json",
+    ) as p:
         wait_until(lambda: http.seen("h"), what="the request")
         drained(nsqd_proc, topic, 1)
         err = stop_ok(p)
@@ -315,10 +358,16 @@ def test_http_proxy_from_the_environment(nsqd_proc, http, tmp_path, topic):
     publish_http(nsqd_proc, topic, b"via proxy")
     http.route("proxied")
     env = {**os.environ, "HTTP_PROXY": f"127.0.0.1:{http.port}", "NO_PROXY": "skip.invalid"}
-    args = [f"--nsqd-tcp-address={nsqd_proc.tcp_address}", f"--topic={topic}",
-            "--post=http://destination.invalid/proxied?x=1", "--mode=multicast",
-            f"--post={http.url('direct')}", "--post=http://skip.invalid/x", "--max-in-flight=1",
-            "--consumer-opt=default_requeue_delay,1m"]
+    args = [
+        f"--nsqd-tcp-address={nsqd_proc.tcp_address}",
+        f"--topic={topic}",
+        "--post=http://destination.invalid/proxied?x=1",
+        "--mode=multicast",
+        f"--post={http.url('direct')}",
+        "--post=http://skip.invalid/x",
+        "--max-in-flight=1",
+        "--consumer-opt=default_requeue_delay,1m",
+    ]
     with ToolProcess("nsq_to_http", args, tmp_path, env=env) as p:
         wait_until(lambda: "Handler returned error" in p.stderr(), what="the third destination to fail")
         err = stop_ok(p)
@@ -338,14 +387,23 @@ def test_round_robin_starts_with_the_second_destination(nsqd_proc, http, tmp_pat
     bodies = [b"m%d" % i for i in range(7)]
     publish_http(nsqd_proc, topic, *bodies)
     urls = [http.route(n) for n in ("a", "b", "c")]
-    with start(nsqd_proc, tmp_path, topic, *(f"--post={u}" for u in urls), "--mode=round-robin",
-               "-n", "1", "--max-in-flight=1") as p:
+    with start(
+        nsqd_proc,
+        tmp_path,
+        topic,
+        *(f"--post={u}" for u in urls),
+        "--mode=round-robin",
+        "-n",
+        "1",
+        "--max-in-flight=1",
+    ) as p:
         wait_until(lambda: len(http.seen()) == 7, what="7 requests")
         drained(nsqd_proc, topic, 7)
         stop_ok(p)
     # Go: counter incremented first, then counter % len
     assert [(s.target, s.body) for s in http.seen()] == [
-        (f"/{'bca'[i % 3]}", b) for i, b in enumerate(bodies)]
+        (f"/{'bca'[i % 3]}", b) for i, b in enumerate(bodies)
+    ]
 
 
 @pytest.mark.parametrize("mode", ["hostpool", "epsilon-greedy"])
@@ -356,9 +414,18 @@ def test_pools_skip_a_failing_destination(nsqd_proc, http, tmp_path, topic, mode
     publish_http(nsqd_proc, topic, *bodies)
     refused = f"http://127.0.0.1:{free_port()}/down"
     urls = [http.route("ok1"), http.route("bad", status=500), refused, http.route("ok2")]
-    with start(nsqd_proc, tmp_path, topic, *(f"--post={u}" for u in urls), f"--mode={mode}",
-               "-n", "1", "--max-in-flight=1", "--consumer-opt=default_requeue_delay,0",
-               "--consumer-opt=backoff_multiplier,10ms") as p:
+    with start(
+        nsqd_proc,
+        tmp_path,
+        topic,
+        *(f"--post={u}" for u in urls),
+        f"--mode={mode}",
+        "-n",
+        "1",
+        "--max-in-flight=1",
+        "--consumer-opt=default_requeue_delay,0",
+        "--consumer-opt=backoff_multiplier,10ms",
+    ) as p:
         drained(nsqd_proc, topic, 12)
         err = stop_ok(p)
     ok = http.seen("ok1") + http.seen("ok2")
@@ -380,9 +447,18 @@ def test_unknown_mode_sends_to_every_destination_in_turn(nsqd_proc, http, tmp_pa
     failure ends the turn and requeues the message, which then goes to all of them again."""
     publish_http(nsqd_proc, topic, b"one", b"two")
     urls = [http.route("x"), http.route("y", statuses=[503]), http.route("z")]
-    with start(nsqd_proc, tmp_path, topic, *(f"--post={u}" for u in urls), "--mode=everything",
-               "-n", "1", "--max-in-flight=1", "--consumer-opt=default_requeue_delay,0",
-               "--consumer-opt=backoff_multiplier,10ms") as p:
+    with start(
+        nsqd_proc,
+        tmp_path,
+        topic,
+        *(f"--post={u}" for u in urls),
+        "--mode=everything",
+        "-n",
+        "1",
+        "--max-in-flight=1",
+        "--consumer-opt=default_requeue_delay,0",
+        "--consumer-opt=backoff_multiplier,10ms",
+    ) as p:
         drained(nsqd_proc, topic, 2)
         stop_ok(p)
     assert [s.body for s in http.seen("z")].count(b"one") == 1
@@ -398,8 +474,14 @@ def test_unknown_mode_sends_to_every_destination_in_turn(nsqd_proc, http, tmp_pa
 def test_failed_requests_are_requeued_with_go_delays_and_redelivered(nsqd_proc, http, tmp_path, topic):
     publish_http(nsqd_proc, topic, b"retry me")
     url = http.route("flaky", statuses=[500, 404])
-    with start(nsqd_proc, tmp_path, topic, f"--post={url}", "--consumer-opt=default_requeue_delay,300ms",
-               "--consumer-opt=backoff_multiplier,10ms") as p:
+    with start(
+        nsqd_proc,
+        tmp_path,
+        topic,
+        f"--post={url}",
+        "--consumer-opt=default_requeue_delay,300ms",
+        "--consumer-opt=backoff_multiplier,10ms",
+    ) as p:
         wait_until(lambda: len(http.seen("flaky")) == 3, what="3 requests", timeout=20)
         ch = drained(nsqd_proc, topic, 1)
         assert ch["requeue_count"] == 2
@@ -416,8 +498,14 @@ def test_failed_requests_are_requeued_with_go_delays_and_redelivered(nsqd_proc, 
 
 def test_get_needs_200_and_post_any_2xx(nsqd_proc, http, tmp_path, topic):
     publish_http(nsqd_proc, topic, b"g")
-    with start(nsqd_proc, tmp_path, topic, f"--get={http.route('g', statuses=[204])}?m=%s",
-               "--consumer-opt=default_requeue_delay,0", "--consumer-opt=backoff_multiplier,10ms") as p:
+    with start(
+        nsqd_proc,
+        tmp_path,
+        topic,
+        f"--get={http.route('g', statuses=[204])}?m=%s",
+        "--consumer-opt=default_requeue_delay,0",
+        "--consumer-opt=backoff_multiplier,10ms",
+    ) as p:
         drained(nsqd_proc, topic, 1)
         err = stop_ok(p)
     assert len(http.seen("g")) == 2
@@ -432,9 +520,15 @@ def test_get_needs_200_and_post_any_2xx(nsqd_proc, http, tmp_path, topic):
 
 def test_gives_up_after_max_attempts(nsqd_proc, http, tmp_path, topic):
     publish_http(nsqd_proc, topic, b"doomed")
-    with start(nsqd_proc, tmp_path, topic, f"--post={http.route('dead', status=502)}",
-               "--consumer-opt=max_attempts,3", "--consumer-opt=default_requeue_delay,0",
-               "--consumer-opt=backoff_multiplier,10ms") as p:
+    with start(
+        nsqd_proc,
+        tmp_path,
+        topic,
+        f"--post={http.route('dead', status=502)}",
+        "--consumer-opt=max_attempts,3",
+        "--consumer-opt=default_requeue_delay,0",
+        "--consumer-opt=backoff_multiplier,10ms",
+    ) as p:
         wait_until(lambda: len(http.seen("dead")) == 3, what="3 attempts")
         drained(nsqd_proc, topic, 1)  # the 4th delivery is given up: FINished, no request
         err = stop_ok(p)
@@ -446,8 +540,15 @@ def test_gives_up_after_max_attempts(nsqd_proc, http, tmp_path, topic):
 def test_request_timeout_requeues(nsqd_proc, http, tmp_path, topic):
     publish_http(nsqd_proc, topic, b"slow")
     url = http.route("slow", delays=[3.0])
-    with start(nsqd_proc, tmp_path, topic, f"--post={url}", "--http-client-request-timeout=300ms",
-               "--consumer-opt=default_requeue_delay,0", "--consumer-opt=backoff_multiplier,10ms") as p:
+    with start(
+        nsqd_proc,
+        tmp_path,
+        topic,
+        f"--post={url}",
+        "--http-client-request-timeout=300ms",
+        "--consumer-opt=default_requeue_delay,0",
+        "--consumer-opt=backoff_multiplier,10ms",
+    ) as p:
         drained(nsqd_proc, topic, 1)
         err = stop_ok(p)
     seen = http.seen("slow")
@@ -460,13 +561,22 @@ def test_request_timeout_while_reading_the_answer_requeues(nsqd_proc, http, tmp_
     """1.3 checks the reading of the body: a 200 whose body does not arrive in time fails."""
     publish_http(nsqd_proc, topic, b"slow body")
     url = http.route("slowbody", body_delays=[3.0])
-    with start(nsqd_proc, tmp_path, topic, f"--post={url}", "--http-client-request-timeout=500ms",
-               "--consumer-opt=default_requeue_delay,0", "--consumer-opt=backoff_multiplier,10ms") as p:
+    with start(
+        nsqd_proc,
+        tmp_path,
+        topic,
+        f"--post={url}",
+        "--http-client-request-timeout=500ms",
+        "--consumer-opt=default_requeue_delay,0",
+        "--consumer-opt=backoff_multiplier,10ms",
+    ) as p:
         drained(nsqd_proc, topic, 1)
         err = stop_ok(p)
     assert [s.body for s in http.seen("slowbody")] == [b"slow body", b"slow body"]
-    assert ("Handler returned error (context deadline exceeded (Client.Timeout or context "
-            "cancellation while reading body))") in err
+    assert (
+        "Handler returned error (context deadline exceeded (Client.Timeout or context "
+        "cancellation while reading body))"
+    ) in err
 
 
 def test_connect_timeout_requeues(nsqd_proc, http, tmp_path, topic):
@@ -484,12 +594,21 @@ def test_connect_timeout_requeues(nsqd_proc, http, tmp_path, topic):
         fillers.append(c)
     try:
         publish_http(nsqd_proc, topic, b"unreachable")
-        with start(nsqd_proc, tmp_path, topic, f"--post=http://127.0.0.1:{port}/x",
-                   "--http-client-connect-timeout=200ms", "--http-client-request-timeout=60s",
-                   "--consumer-opt=default_requeue_delay,30s") as p:
+        with start(
+            nsqd_proc,
+            tmp_path,
+            topic,
+            f"--post=http://127.0.0.1:{port}/x",
+            "--http-client-connect-timeout=200ms",
+            "--http-client-request-timeout=60s",
+            "--consumer-opt=default_requeue_delay,30s",
+        ) as p:
             started = time.monotonic()
-            wait_until(lambda: channel(nsqd_proc, topic).get("deferred_count") == 1,
-                       what="the message requeued with a delay", timeout=15)
+            wait_until(
+                lambda: channel(nsqd_proc, topic).get("deferred_count") == 1,
+                what="the message requeued with a delay",
+                timeout=15,
+            )
             assert time.monotonic() - started < 10  # the 60s request timeout did not apply
             err = stop_ok(p)
         assert f'Post "http://127.0.0.1:{port}/x": dial tcp 127.0.0.1:{port}: i/o timeout' in err
@@ -535,8 +654,18 @@ def test_sample_half(nsqd_proc, http, tmp_path, topic):
 def test_status_every_lines(nsqd_proc, http, tmp_path, topic):
     publish_http(nsqd_proc, topic, *(b"st%d" % i for i in range(8)))
     a, b = http.route("sa"), http.route("sb")
-    with start(nsqd_proc, tmp_path, topic, f"--post={a}", f"--post={b}", "--mode=round-robin",
-               "--status-every=3", "-n", "1", "--max-in-flight=1") as p:
+    with start(
+        nsqd_proc,
+        tmp_path,
+        topic,
+        f"--post={a}",
+        f"--post={b}",
+        "--mode=round-robin",
+        "--status-every=3",
+        "-n",
+        "1",
+        "--max-in-flight=1",
+    ) as p:
         drained(nsqd_proc, topic, 8)
         err = stop_ok(p)
     stat = r"finished 3 - 99th: \d+\.\d\dms - 95th: \d+\.\d\dms - avg: \d+\.\d\dms"
@@ -544,8 +673,10 @@ def test_status_every_lines(nsqd_proc, http, tmp_path, topic):
     assert len(re.findall(rf"\[aggregate\]: {stat}", err)) == 2
     assert len(re.findall(rf"\[{re.escape(a)}\]: {stat}", err)) == 1
     assert len(re.findall(rf"\[{re.escape(b)}\]: {stat}", err)) == 1
-    assert err.count("Warning: use more than 100 status values for accurate percentiles "
-                     "(configured with 3)") == 3
+    assert (
+        err.count("Warning: use more than 100 status values for accurate percentiles (configured with 3)")
+        == 3
+    )
 
 
 def test_status_every_single_destination_has_no_per_address_line(nsqd_proc, http, tmp_path, topic):
@@ -573,8 +704,9 @@ def test_sigterm_finishes_the_requests_in_flight(nsqd_proc, http, tmp_path, topi
         assert p.wait(20) == 0, p.describe()
         err = p.stderr()
     assert "Traceback" not in err
-    ch = wait_until(lambda: (c := channel(nsqd_proc, topic)) and c["client_count"] == 0 and c,
-                    what="the tool gone")
+    ch = wait_until(
+        lambda: (c := channel(nsqd_proc, topic)) and c["client_count"] == 0 and c, what="the tool gone"
+    )
     # the two in flight were answered (FIN), the three waiting were requeued, none lost
     assert len(http.seen("held")) == 2
     assert ch["depth"] == 3 and ch["in_flight_count"] == 0
@@ -593,8 +725,9 @@ def test_second_signal_requeues_the_requests_in_flight(nsqd_proc, http, tmp_path
         err = p.stderr()
     assert "Traceback" not in err
     assert "requeueing the messages whose requests are in flight" in err
-    ch = wait_until(lambda: (c := channel(nsqd_proc, topic)) and c["client_count"] == 0 and c,
-                    what="the tool gone")
+    ch = wait_until(
+        lambda: (c := channel(nsqd_proc, topic)) and c["client_count"] == 0 and c, what="the tool gone"
+    )
     assert ch["depth"] == 1  # back in the queue, ready for the next consumer
 
 
@@ -605,8 +738,9 @@ def test_lookupd_discovery(tmp_path, http):
     lookupd = NsqlookupdProcess(tmp_path / "lookupd").start()
     nsqd = None
     try:
-        nsqd = NsqdProcess(tmp_path / "nsqd", f"--lookupd-tcp-address={lookupd.tcp_address}",
-                           "--broadcast-address=127.0.0.1").start()
+        nsqd = NsqdProcess(
+            tmp_path / "nsqd", f"--lookupd-tcp-address={lookupd.tcp_address}", "--broadcast-address=127.0.0.1"
+        ).start()
         publish_http(nsqd, "found", b"via lookupd")
 
         def registered() -> bool:
@@ -614,8 +748,15 @@ def test_lookupd_discovery(tmp_path, http):
             return status == 200 and bool(json.loads(body)["producers"])
 
         wait_until(registered, what="the topic in nsqlookupd")
-        with ToolProcess("nsq_to_http", [f"--lookupd-http-address={lookupd.http_address}",
-                                         "--topic=found", f"--post={http.route('found')}"], tmp_path) as p:
+        with ToolProcess(
+            "nsq_to_http",
+            [
+                f"--lookupd-http-address={lookupd.http_address}",
+                "--topic=found",
+                f"--post={http.route('found')}",
+            ],
+            tmp_path,
+        ) as p:
             wait_until(lambda: http.seen("found"), what="the request", timeout=20)
             stop_ok(p)
         assert [s.body for s in http.seen("found")] == [b"via lookupd"]
@@ -626,8 +767,13 @@ def test_lookupd_discovery(tmp_path, http):
 
 
 def test_unreachable_nsqd_fails_clearly():
-    res = run_tool("nsq_to_http", f"--nsqd-tcp-address=127.0.0.1:{free_port()}", "--topic=t",
-                   "--post=http://127.0.0.1:1/", "--consumer-opt=dial_timeout,200ms")
+    res = run_tool(
+        "nsq_to_http",
+        f"--nsqd-tcp-address=127.0.0.1:{free_port()}",
+        "--topic=t",
+        "--post=http://127.0.0.1:1/",
+        "--consumer-opt=dial_timeout,200ms",
+    )
     assert res.returncode == 1
     assert b"failed to connect to nsqd 127.0.0.1:" in res.stderr
 
@@ -642,25 +788,37 @@ POST = "--post=http://127.0.0.1:1/"
         (["--bogus"], 2, "flag provided but not defined: -bogus"),
         (["-n", "x"], 2, 'invalid value "x" for flag -n: parse error'),
         (["--sample=half"], 2, 'invalid value "half" for flag -sample: parse error'),
-        (["--http-client-request-timeout=5"], 2,
-         'invalid value "5" for flag -http-client-request-timeout: parse error'),
+        (
+            ["--http-client-request-timeout=5"],
+            2,
+            'invalid value "5" for flag -http-client-request-timeout: parse error',
+        ),
         (["--consumer-opt=nope,1"], 2, 'invalid value "nope,1" for flag -consumer-opt: invalid option nope'),
         # Go's order of checks: --header comes first
         (["--header=no-colon"], 1, "--header value format should be 'key=value'"),
         (["--topic=t", "--header=X-Empty:  "], 1, "--header value format should be 'key=value'"),
         ([NSQD, POST], 1, "--topic and --channel are required"),
         (["--topic=t", "--channel=", NSQD, POST], 1, "--topic and --channel are required"),
-        (["--topic=t", NSQD, "--get=http://h/%s", "--content-type=text/plain"], 1,
-         "--content-type only used with --post"),
+        (
+            ["--topic=t", NSQD, "--get=http://h/%s", "--content-type=text/plain"],
+            1,
+            "--content-type only used with --post",
+        ),
         (["--topic=t", NSQD, POST, "--content-type="], 1, "--content-type requires a value when used"),
         (["--topic=t", POST], 1, "--nsqd-tcp-address or --lookupd-http-address required"),
-        (["--topic=t", POST, NSQD, "--lookupd-http-address=127.0.0.1:4161"], 1,
-         "use --nsqd-tcp-address or --lookupd-http-address not both"),
+        (
+            ["--topic=t", POST, NSQD, "--lookupd-http-address=127.0.0.1:4161"],
+            1,
+            "use --nsqd-tcp-address or --lookupd-http-address not both",
+        ),
         (["--topic=t", NSQD], 1, "--get or --post required"),
         (["--topic=t", NSQD, POST, "--get=http://h/%s"], 1, "use --get or --post not both"),
         (["--topic=t", NSQD, "--get=http://h/"], 1, "invalid GET address - must be a printf string"),
-        (["--topic=t", NSQD, "--get=http://h/%s", "--get=http://h/%s/%s"], 1,
-         "invalid GET address - must be a printf string"),
+        (
+            ["--topic=t", NSQD, "--get=http://h/%s", "--get=http://h/%s/%s"],
+            1,
+            "invalid GET address - must be a printf string",
+        ),
         (["--topic=t", NSQD, POST, "--sample=1.5"], 1, "ERROR: --sample must be between 0.0 and 1.0"),
         (["--topic=t", NSQD, POST, "--sample=-0.1"], 1, "ERROR: --sample must be between 0.0 and 1.0"),
         (["--topic=bad topic", NSQD, POST], 1, "invalid topic name"),

@@ -85,21 +85,28 @@ def test_parse_custom_headers_as_go():
     # Go's TestParseCustomHeaders
     valid = ["header1: value1", "header2:value2", "header3:value3", "header4:value4"]
     assert parse_custom_headers(valid) == {
-        "header1": "value1", "header2": "value2", "header3": "value3", "header4": "value4"}
+        "header1": "value1",
+        "header2": "value2",
+        "header3": "value3",
+        "header4": "value4",
+    }
     for bad in (["header1:", "header2:value2"], ["header1: value1", ": value2"], [":"], ["no colon"]):
         with pytest.raises(ValueError):
             parse_custom_headers(bad)
     assert parse_custom_headers([" k : a:b ", "k:c"]) == {"k": "c"}
 
 
-@pytest.mark.parametrize("key, canonical", [
-    ("x-foo-bar", "X-Foo-Bar"),
-    ("CONTENT-type", "Content-Type"),
-    ("x_y", "X_y"),
-    ("user-agent", "User-Agent"),
-    ("bad key", "bad key"),
-    ("", ""),
-])
+@pytest.mark.parametrize(
+    "key, canonical",
+    [
+        ("x-foo-bar", "X-Foo-Bar"),
+        ("CONTENT-type", "Content-Type"),
+        ("x_y", "X_y"),
+        ("user-agent", "User-Agent"),
+        ("bad key", "bad key"),
+        ("", ""),
+    ],
+)
 def test_canonical_header_key(key, canonical):
     assert canonical_header_key(key) == canonical
 
@@ -107,13 +114,16 @@ def test_canonical_header_key(key, canonical):
 # --- URL checks and proxies -----------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("url, error", [
-    ("localhost:8080/x", 'Post "localhost:8080/x": unsupported protocol scheme "localhost"'),
-    ("ftp://h/x", 'Post "ftp://h/x": unsupported protocol scheme "ftp"'),
-    ("http:///x", 'Post "http:///x": http: no Host in request URL'),
-    ("http://h/a%zzb", 'parse "http://h/a%zzb": invalid URL escape "%zz"'),
-    ("http://h/a\nb", 'parse "http://h/a\\nb": net/url: invalid control character in URL'),
-])
+@pytest.mark.parametrize(
+    "url, error",
+    [
+        ("localhost:8080/x", 'Post "localhost:8080/x": unsupported protocol scheme "localhost"'),
+        ("ftp://h/x", 'Post "ftp://h/x": unsupported protocol scheme "ftp"'),
+        ("http:///x", 'Post "http:///x": http: no Host in request URL'),
+        ("http://h/a%zzb", 'parse "http://h/a%zzb": invalid URL escape "%zz"'),
+        ("http://h/a\nb", 'parse "http://h/a\\nb": net/url: invalid control character in URL'),
+    ],
+)
 def test_urls_go_refuses(url, error):
     with pytest.raises(PublishError) as e:
         _parse_url("POST", url)
@@ -127,8 +137,15 @@ def test_urls_are_kept_as_written():
 
 
 def test_env_proxy(monkeypatch):
-    for name in ("HTTP_PROXY", "http_proxy", "HTTPS_PROXY", "https_proxy", "NO_PROXY", "no_proxy",
-                 "REQUEST_METHOD"):
+    for name in (
+        "HTTP_PROXY",
+        "http_proxy",
+        "HTTPS_PROXY",
+        "https_proxy",
+        "NO_PROXY",
+        "no_proxy",
+        "REQUEST_METHOD",
+    ):
         monkeypatch.delenv(name, raising=False)
     assert env_proxy(yarl.URL("http://example.com/")) is None
     monkeypatch.setenv("HTTP_PROXY", "proxy.local:3128")

@@ -42,9 +42,15 @@ def dst(tmp_path_factory):
 def start(src, dests, tmp_path, *args: str) -> ToolProcess:
     """nsq_to_nsq from ``src`` to ``dests`` (nsqd processes or addresses)."""
     addrs = [d if isinstance(d, str) else d.tcp_address for d in dests]
-    return ToolProcess("nsq_to_nsq", [f"--nsqd-tcp-address={src.tcp_address}",
-                                      *(f"--destination-nsqd-tcp-address={a}" for a in addrs), *args],
-                       tmp_path)
+    return ToolProcess(
+        "nsq_to_nsq",
+        [
+            f"--nsqd-tcp-address={src.tcp_address}",
+            *(f"--destination-nsqd-tcp-address={a}" for a in addrs),
+            *args,
+        ],
+        tmp_path,
+    )
 
 
 def answered(src, topic: str, deferred: int = 0) -> bool:
@@ -71,8 +77,14 @@ def summary(err: str) -> str:
 
 
 def test_republishes_every_body_byte_for_byte_in_order(src, dst, tmp_path):
-    bodies = [b"one", b"\xff\x00\x01binary", b'{ "a" :  1 }', "é<&>".encode(), b"x" * 5000,
-              *(b"m%04d" % i for i in range(300))]
+    bodies = [
+        b"one",
+        b"\xff\x00\x01binary",
+        b'{ "a" :  1 }',
+        "é<&>".encode(),
+        b"x" * 5000,
+        *(b"m%04d" % i for i in range(300)),
+    ]
     publish_http(src, "pt", *bodies)
     with start(src, [dst], tmp_path, "--topic=pt", "--destination-topic=pt_out") as p:
         wait_until(lambda: message_count(dst, "pt_out") == len(bodies), what="every message")
@@ -82,8 +94,10 @@ def test_republishes_every_body_byte_for_byte_in_order(src, dst, tmp_path):
         assert client["finish_count"] == len(bodies)
         err = stop_ok(p)
     assert collect(dst, "pt_out", len(bodies)) == bodies
-    assert summary(err) == (f"nsq_to_nsq: {len(bodies)} messages received, {len(bodies)} published, "
-                            "0 filtered out, 0 not JSON, 0 requeued, 0 given up")
+    assert summary(err) == (
+        f"nsq_to_nsq: {len(bodies)} messages received, {len(bodies)} published, "
+        "0 filtered out, 0 not JSON, 0 requeued, 0 given up"
+    )
     # the source channel is empty: nothing left in flight or deferred
     ch = channels(src, "pt")[CHANNEL]
     assert (ch["depth"], ch["in_flight_count"], ch["deferred_count"], ch["requeue_count"]) == (0, 0, 0, 0)
@@ -100,16 +114,22 @@ WHITELIST_CASES = [
     (b"not json", None),  # not JSON: logged, dropped
     (b"[1,2]", None),  # not an object: Unmarshal fails, dropped
     (b"null", None),  # null is an empty object: no kind
-    (b'{"kind":"b","n":1.5,"s":"<a href=\\"x\\">&</a>",'
-     b'"nested":{"z":1,"a":[1.0,2.5e-7,1e21,"\xc3\xa9\\u2028"]}}',
-     b'{"kind":"b","n":1.5,"nested":{"a":[1,2.5e-7,1e+21,"\xc3\xa9\\u2028"],"z":1},'
-     b'"s":"\\u003ca href=\\"x\\"\\u003e\\u0026\\u003c/a\\u003e"}'),
+    (
+        b'{"kind":"b","n":1.5,"s":"<a href=\\"x\\">&</a>",'
+        b'"nested":{"z":1,"a":[1.0,2.5e-7,1e21,"\xc3\xa9\\u2028"]}}',
+        b'{"kind":"b","n":1.5,"nested":{"a":[1,2.5e-7,1e+21,"\xc3\xa9\\u2028"],"z":1},'
+        b'"s":"\\u003ca href=\\"x\\"\\u003e\\u0026\\u003c/a\\u003e"}',
+    ),
     # past int64: a float64 with shortest digits; \b and \f as Go 1.21 writes them; DEL raw
-    (b'{"kind":"c","n":12345678901234567890,"s":"tab\\there\\u0001\\b\\f\x7f"}',
-     b'{"kind":"c","n":12345678901234567000,"s":"tab\\there\\u0001\\u0008\\u000c\x7f"}'),
+    (
+        b'{"kind":"c","n":12345678901234567890,"s":"tab\\there\\u0001\\b\\f\x7f"}',
+        b'{"kind":"c","n":12345678901234567000,"s":"tab\\there\\u0001\\u0008\\u000c\x7f"}',
+    ),
     # invalid UTF-8: one U+FFFD per byte; -0 is the int64 0
-    (b'{"kind":"d","n":-0,"s":"\xff\xe2\x82"}',
-     b'{"kind":"d","n":0,"s":"\xef\xbf\xbd\xef\xbf\xbd\xef\xbf\xbd"}'),
+    (
+        b'{"kind":"d","n":-0,"s":"\xff\xe2\x82"}',
+        b'{"kind":"d","n":0,"s":"\xef\xbf\xbd\xef\xbf\xbd\xef\xbf\xbd"}',
+    ),
     (b'{"kind":"e","n":1e400}', None),  # overflows float64: Unmarshal fails
     (b'{"kind":"f"} trailing', None),  # not one JSON value
     (b'{"kind":"f","n":NaN}', None),  # not JSON
@@ -122,16 +142,28 @@ WHITELIST_CASES = [
 def test_require_field_and_whitelist_write_gos_bytes(src, dst, tmp_path):
     publish_http(src, "wl", *(body for body, _ in WHITELIST_CASES))
     expected = [out for _, out in WHITELIST_CASES if out is not None]
-    with start(src, [dst], tmp_path, "--topic=wl", "--destination-topic=wl_out",
-               "--require-json-field=kind", "--whitelist-json-field=s", "--whitelist-json-field", "n",
-               "--whitelist-json-field=kind", "--whitelist-json-field=nested",
-               "--whitelist-json-field=absent", "--whitelist-json-field=n") as p:
+    with start(
+        src,
+        [dst],
+        tmp_path,
+        "--topic=wl",
+        "--destination-topic=wl_out",
+        "--require-json-field=kind",
+        "--whitelist-json-field=s",
+        "--whitelist-json-field",
+        "n",
+        "--whitelist-json-field=kind",
+        "--whitelist-json-field=nested",
+        "--whitelist-json-field=absent",
+        "--whitelist-json-field=n",
+    ) as p:
         wait_until(lambda: message_count(dst, "wl_out") == len(expected), what="the passed messages")
         wait_until(lambda: answered(src, "wl"), what="every message answered")
         err = stop_ok(p)
     assert collect(dst, "wl_out", len(expected)) == expected
-    assert summary(err) == ("nsq_to_nsq: 15 messages received, 8 published, 2 filtered out, 5 not JSON, "
-                            "0 requeued, 0 given up")
+    assert summary(err) == (
+        "nsq_to_nsq: 15 messages received, 8 published, 2 filtered out, 5 not JSON, 0 requeued, 0 given up"
+    )
     for bad in ("not json", "[1,2]", '{"kind":"e","n":1e400}', '{"kind":"f"} trailing'):
         assert f"ERROR: Unable to decode json: {bad}\n" in err
     assert channels(src, "wl")[CHANNEL]["requeue_count"] == 0  # dropped messages are FINished
@@ -150,15 +182,23 @@ def test_require_json_value_compares_like_go(src, dst, tmp_path):
         b'{"kind":2}',
     ]
     publish_http(src, "rv", *bodies)
-    with start(src, [dst], tmp_path, "--topic=rv", "--destination-topic=rv_out",
-               "--require-json-field=kind", "--require-json-value=1") as p:
+    with start(
+        src,
+        [dst],
+        tmp_path,
+        "--topic=rv",
+        "--destination-topic=rv_out",
+        "--require-json-field=kind",
+        "--require-json-value=1",
+    ) as p:
         wait_until(lambda: message_count(dst, "rv_out") == 3, what="the matching messages")
         wait_until(lambda: answered(src, "rv", deferred=1), what="every message answered")
         err = stop_ok(p)
     assert collect(dst, "rv_out", 3) == bodies[:3]
     assert "ERROR: missing field to check required value" in err
-    assert summary(err) == ("nsq_to_nsq: 9 messages received, 3 published, 5 filtered out, 0 not JSON, "
-                            "1 requeued, 0 given up")
+    assert summary(err) == (
+        "nsq_to_nsq: 9 messages received, 3 published, 5 filtered out, 0 not JSON, 1 requeued, 0 given up"
+    )
     ch = channels(src, "rv")[CHANNEL]
     assert (ch["requeue_count"], ch["deferred_count"]) == (1, 1)  # REQ'd with go-nsq's delay
 
@@ -167,8 +207,9 @@ def test_require_json_value_alone_changes_nothing(src, dst, tmp_path):
     # as in Go, the JSON path needs --require-json-field or --whitelist-json-field
     bodies = [b"not json", b'{"kind":2}']
     publish_http(src, "rvonly", *bodies)
-    with start(src, [dst], tmp_path, "--topic=rvonly", "--destination-topic=rvonly_out",
-               "--require-json-value=1") as p:
+    with start(
+        src, [dst], tmp_path, "--topic=rvonly", "--destination-topic=rvonly_out", "--require-json-value=1"
+    ) as p:
         wait_until(lambda: message_count(dst, "rvonly_out") == 2, what="both messages")
         wait_until(lambda: answered(src, "rvonly"), what="every message answered")
         stop_ok(p)
@@ -182,8 +223,10 @@ def test_several_topics_keep_their_names_or_merge(src, dst, tmp_path):
     publish_http(src, "multi_a", b"a1", b"a2")
     publish_http(src, "multi_b", b"b1")
     with start(src, [dst], tmp_path, "--topic=multi_a", "--topic", "multi_b", "--channel=copy") as p:
-        wait_until(lambda: message_count(dst, "multi_a") == 2 and message_count(dst, "multi_b") == 1,
-                   what="both topics")
+        wait_until(
+            lambda: message_count(dst, "multi_a") == 2 and message_count(dst, "multi_b") == 1,
+            what="both topics",
+        )
         assert set(channels(src, "multi_a")) == {"copy"} and set(channels(src, "multi_b")) == {"copy"}
         stop_ok(p)
     assert collect(dst, "multi_a", 2) == [b"a1", b"a2"]
@@ -191,8 +234,7 @@ def test_several_topics_keep_their_names_or_merge(src, dst, tmp_path):
 
     publish_http(src, "merge_a", b"a")
     publish_http(src, "merge_b", b"b")
-    with start(src, [dst], tmp_path, "--topic=merge_a", "--topic=merge_b",
-               "--destination-topic=merged") as p:
+    with start(src, [dst], tmp_path, "--topic=merge_a", "--topic=merge_b", "--destination-topic=merged") as p:
         wait_until(lambda: message_count(dst, "merged") == 2, what="both messages in one topic")
         stop_ok(p, signal.SIGINT)
     assert sorted(collect(dst, "merged", 2)) == [b"a", b"b"]
@@ -219,8 +261,7 @@ def test_modes_spread_messages_like_go(src, dst, dst2, tmp_path, mode, first):
     publish_http(src, topic, *bodies)
     mode_args = [f"--mode={mode}"] if mode else []
     with start(src, [dst, dst2], tmp_path, f"--topic={topic}", *mode_args, "--status-every=4") as p:
-        wait_until(lambda: message_count(dst, topic) + message_count(dst2, topic) == 10,
-                   what="every message")
+        wait_until(lambda: message_count(dst, topic) + message_count(dst2, topic) == 10, what="every message")
         wait_until(lambda: answered(src, topic), what="every message answered")
         err = stop_ok(p)
     dests = [dst, dst2]
@@ -228,22 +269,33 @@ def test_modes_spread_messages_like_go(src, dst, dst2, tmp_path, mode, first):
     assert collect(dests[1 - first], topic, 5) == bodies[1::2]
     # timer_metrics: a warning per ring, a line each time a ring wraps (the 5th and 9th
     # publishes overall; the 5th to each destination)
-    assert err.count("INFO: Warning: use more than 100 status values for accurate percentiles "
-                     "(configured with 4)") == 3
-    assert len(re.findall(rf"INFO: \[aggregate\]: finished 4 - 99th: {STATUS} - 95th: {STATUS} "
-                          rf"- avg: {STATUS}\n", err)) == 2
+    assert (
+        err.count(
+            "INFO: Warning: use more than 100 status values for accurate percentiles (configured with 4)"
+        )
+        == 3
+    )
+    assert (
+        len(
+            re.findall(
+                rf"INFO: \[aggregate\]: finished 4 - 99th: {STATUS} - 95th: {STATUS} "
+                rf"- avg: {STATUS}\n",
+                err,
+            )
+        )
+        == 2
+    )
     for d in dests:
-        assert len(re.findall(rf"INFO: \[{re.escape(d.tcp_address)}\]: finished 4 - 99th: {STATUS}",
-                              err)) == 1
+        assert (
+            len(re.findall(rf"INFO: \[{re.escape(d.tcp_address)}\]: finished 4 - 99th: {STATUS}", err)) == 1
+        )
 
 
 def test_epsilon_greedy_delivers_everything(src, dst, dst2, tmp_path):
     bodies = [b"eg%d" % i for i in range(40)]
     publish_http(src, "eps", *bodies)
-    with start(src, [dst, dst2], tmp_path, "--topic=eps", "--mode=epsilon-greedy",
-               "--status-every=0") as p:
-        wait_until(lambda: message_count(dst, "eps") + message_count(dst2, "eps") == 40,
-                   what="every message")
+    with start(src, [dst, dst2], tmp_path, "--topic=eps", "--mode=epsilon-greedy", "--status-every=0") as p:
+        wait_until(lambda: message_count(dst, "eps") + message_count(dst2, "eps") == 40, what="every message")
         err = stop_ok(p)
     got = []
     for d in (dst, dst2):
@@ -269,12 +321,21 @@ def test_destination_down_requeues_then_delivers(src, tmp_path):
     port = free_port()
     bodies = [b"late%d" % i for i in range(5)]
     publish_http(src, "down", *bodies)
-    with start(src, [f"127.0.0.1:{port}"], tmp_path, "--topic=down",
-               "--consumer-opt=default_requeue_delay,100ms", "--consumer-opt=max_backoff_duration,200ms",
-               "--consumer-opt=max_attempts,0", "--producer-opt=dial_timeout,200ms") as p:
+    with start(
+        src,
+        [f"127.0.0.1:{port}"],
+        tmp_path,
+        "--topic=down",
+        "--consumer-opt=default_requeue_delay,100ms",
+        "--consumer-opt=max_backoff_duration,200ms",
+        "--consumer-opt=max_attempts,0",
+        "--producer-opt=dial_timeout,200ms",
+    ) as p:
         # every message failed to publish at least once, and none is lost: all back in nsqd
-        wait_until(lambda: channels(src, "down").get(CHANNEL, {}).get("requeue_count", 0) >= 5,
-                   what="the messages to be requeued")
+        wait_until(
+            lambda: channels(src, "down").get(CHANNEL, {}).get("requeue_count", 0) >= 5,
+            what="the messages to be requeued",
+        )
         assert "failed to publish" in p.stderr()
         late = NsqdProcess(tmp_path / "late", f"--tcp-address=127.0.0.1:{port}").start()
         try:
@@ -284,8 +345,11 @@ def test_destination_down_requeues_then_delivers(src, tmp_path):
             assert sorted(collect(late, "down", 5)) == bodies
         finally:
             late.stop()
-    assert re.search(r"nsq_to_nsq: \d+ messages received, 5 published, 0 filtered out, 0 not JSON, "
-                     r"\d+ requeued, 0 given up", summary(err))
+    assert re.search(
+        r"nsq_to_nsq: \d+ messages received, 5 published, 0 filtered out, 0 not JSON, "
+        r"\d+ requeued, 0 given up",
+        summary(err),
+    )
 
 
 def test_hostpool_avoids_a_dead_destination(src, dst, tmp_path):
@@ -294,9 +358,16 @@ def test_hostpool_avoids_a_dead_destination(src, dst, tmp_path):
     down = f"127.0.0.1:{free_port()}"
     bodies = [b"hp%d" % i for i in range(6)]
     publish_http(src, "hp", *bodies)
-    with start(src, [down, dst], tmp_path, "--topic=hp", "--mode=hostpool",
-               "--consumer-opt=default_requeue_delay,50ms", "--consumer-opt=max_backoff_duration,100ms",
-               "--producer-opt=dial_timeout,200ms") as p:
+    with start(
+        src,
+        [down, dst],
+        tmp_path,
+        "--topic=hp",
+        "--mode=hostpool",
+        "--consumer-opt=default_requeue_delay,50ms",
+        "--consumer-opt=max_backoff_duration,100ms",
+        "--producer-opt=dial_timeout,200ms",
+    ) as p:
         wait_until(lambda: message_count(dst, "hp") == 6, timeout=30, what="every message on the live host")
         wait_until(lambda: answered(src, "hp"), what="every message FINished")
         assert channels(src, "hp")[CHANNEL]["requeue_count"] >= 1
@@ -313,21 +384,34 @@ def test_a_refused_message_is_requeued_alone(src, tmp_path):
             wait_until(lambda: answered(src, "refused", deferred=1), what="the big one REQ'd")
             err = stop_ok(p)
         assert collect(small, "refused", 2) == [b"ok1", b"ok2"]
-    assert re.search(r"WARN: 127\.0\.0\.1:\d+ refused an MPUB of 3 messages \(E_BAD_MESSAGE.*\); "
-                     r"publishing them one by one\n", err), err
-    assert summary(err) == ("nsq_to_nsq: 3 messages received, 2 published, 0 filtered out, 0 not JSON, "
-                            "1 requeued, 0 given up")
+    assert re.search(
+        r"WARN: 127\.0\.0\.1:\d+ refused an MPUB of 3 messages \(E_BAD_MESSAGE.*\); "
+        r"publishing them one by one\n",
+        err,
+    ), err
+    assert summary(err) == (
+        "nsq_to_nsq: 3 messages received, 2 published, 0 filtered out, 0 not JSON, 1 requeued, 0 given up"
+    )
 
 
 # --- options, discovery, signals --------------------------------------------------------------
 
 
 def test_consumer_and_producer_options_are_passed_through(src, dst, tmp_path):
-    with start(src, [dst], tmp_path, "--topic=opts", "--max-in-flight=7",
-               "--consumer-opt=client_id,n2n-sub", "--consumer-opt", "max_in_flight,99",
-               "--producer-opt=client_id,n2n-pub") as p:
-        ch = wait_until(lambda: (c := channels(src, "opts").get(CHANNEL)) and c["clients"] and c,
-                        what="the subscription")
+    with start(
+        src,
+        [dst],
+        tmp_path,
+        "--topic=opts",
+        "--max-in-flight=7",
+        "--consumer-opt=client_id,n2n-sub",
+        "--consumer-opt",
+        "max_in_flight,99",
+        "--producer-opt=client_id,n2n-pub",
+    ) as p:
+        ch = wait_until(
+            lambda: (c := channels(src, "opts").get(CHANNEL)) and c["clients"] and c, what="the subscription"
+        )
         client = ch["clients"][0]
         assert client["client_id"] == "n2n-sub"
         # --max-in-flight wins over a max_in_flight consumer option, as in Go
@@ -345,8 +429,9 @@ def test_lookupd_discovery(dst, tmp_path):
     lookupd = NsqlookupdProcess(tmp_path / "lookupd").start()
     nsqd = None
     try:
-        nsqd = NsqdProcess(tmp_path / "nsqd", f"--lookupd-tcp-address={lookupd.tcp_address}",
-                           "--broadcast-address=127.0.0.1").start()
+        nsqd = NsqdProcess(
+            tmp_path / "nsqd", f"--lookupd-tcp-address={lookupd.tcp_address}", "--broadcast-address=127.0.0.1"
+        ).start()
         publish_http(nsqd, "found", b"via lookupd")
 
         def registered() -> bool:
@@ -354,9 +439,16 @@ def test_lookupd_discovery(dst, tmp_path):
             return status == 200 and bool(json.loads(body)["producers"])
 
         wait_until(registered, what="the topic in nsqlookupd")
-        with ToolProcess("nsq_to_nsq", [f"--lookupd-http-address={lookupd.http_address}", "--topic=found",
-                                        f"--destination-nsqd-tcp-address={dst.tcp_address}",
-                                        "--destination-topic=found_out"], tmp_path) as p:
+        with ToolProcess(
+            "nsq_to_nsq",
+            [
+                f"--lookupd-http-address={lookupd.http_address}",
+                "--topic=found",
+                f"--destination-nsqd-tcp-address={dst.tcp_address}",
+                "--destination-topic=found_out",
+            ],
+            tmp_path,
+        ) as p:
             wait_until(lambda: message_count(dst, "found_out") == 1, what="the message")
             stop_ok(p)
         assert collect(dst, "found_out", 1) == [b"via lookupd"]
@@ -369,23 +461,30 @@ def test_lookupd_discovery(dst, tmp_path):
 def test_sigterm_waits_for_publishes_in_flight(src, dst, tmp_path):
     bodies = [b"f%05d" % i for i in range(3000)]
     for i in range(0, len(bodies), 500):
-        status, resp = src.http_post("/mpub?topic=flight", b"\n".join(bodies[i:i + 500]))
+        status, resp = src.http_post("/mpub?topic=flight", b"\n".join(bodies[i : i + 500]))
         assert status == 200, resp
     with start(src, [dst], tmp_path, "--topic=flight", "--max-in-flight=2500") as p:
         wait_until(lambda: message_count(dst, "flight") > 0, what="publishing to start")
         err = stop_ok(p)
     # every message is either published (and FINished) or back in the source, none twice
     published = message_count(dst, "flight")
-    ch = wait_until(lambda: (c := channels(src, "flight")[CHANNEL]) and c["client_count"] == 0 and c,
-                    what="nsq_to_nsq to leave")
+    ch = wait_until(
+        lambda: (c := channels(src, "flight")[CHANNEL]) and c["client_count"] == 0 and c,
+        what="nsq_to_nsq to leave",
+    )
     assert ch["in_flight_count"] == 0
     assert published + ch["depth"] + ch["deferred_count"] == len(bodies)
     assert f"{published} published" in summary(err)
 
 
 def test_unreachable_source_nsqd_fails_clearly(dst):
-    res = run_tool("nsq_to_nsq", "--topic=t", f"--nsqd-tcp-address=127.0.0.1:{free_port()}",
-                   f"--destination-nsqd-tcp-address={dst.tcp_address}", "--consumer-opt=dial_timeout,200ms")
+    res = run_tool(
+        "nsq_to_nsq",
+        "--topic=t",
+        f"--nsqd-tcp-address=127.0.0.1:{free_port()}",
+        f"--destination-nsqd-tcp-address={dst.tcp_address}",
+        "--consumer-opt=dial_timeout,200ms",
+    )
     assert res.returncode == 1
     assert b"failed to connect to nsqd 127.0.0.1:" in res.stderr
 
@@ -400,8 +499,11 @@ DST = "--destination-nsqd-tcp-address=127.0.0.1:4150"
         (["--topic=t", SRC, DST, "--bogus"], 2, "flag provided but not defined: -bogus"),
         (["--topic=t", "--max-in-flight=x"], 2, 'invalid value "x" for flag -max-in-flight: parse error'),
         (["--topic=t", "--status-every=1.5"], 2, 'invalid value "1.5" for flag -status-every: parse error'),
-        (["--topic=t", "--consumer-opt=nope,1"], 2,
-         'invalid value "nope,1" for flag -consumer-opt: invalid option nope'),
+        (
+            ["--topic=t", "--consumer-opt=nope,1"],
+            2,
+            'invalid value "nope,1" for flag -consumer-opt: invalid option nope',
+        ),
         (["--topic=t", "--producer-opt=dial_timeout,5"], 2, "missing unit in duration"),
         ([SRC, DST], 1, "--topic and --channel are required"),
         (["--topic=t", "--channel=", SRC, DST], 1, "--topic and --channel are required"),
@@ -409,12 +511,18 @@ DST = "--destination-nsqd-tcp-address=127.0.0.1:4150"
         (["--topic=t", "--destination-topic=bad!", SRC, DST], 1, "--destination-topic is invalid"),
         (["--topic=t", "--channel=bad channel", SRC, DST], 1, "--channel is invalid"),
         (["--topic=t", DST], 1, "--nsqd-tcp-address or --lookupd-http-address required"),
-        (["--topic=t", SRC, "--lookupd-http-address=127.0.0.1:4161", DST], 1,
-         "use --nsqd-tcp-address or --lookupd-http-address not both"),
+        (
+            ["--topic=t", SRC, "--lookupd-http-address=127.0.0.1:4161", DST],
+            1,
+            "use --nsqd-tcp-address or --lookupd-http-address not both",
+        ),
         (["--topic=t", SRC], 1, "--destination-nsqd-tcp-address required"),
         (["--topic=t", SRC, DST, "--max-in-flight=-1"], 1, "max_in_flight"),
-        (["--topic=t", SRC, DST, "--producer-opt=heartbeat_interval,2m"], 1,
-         "failed creating producer heartbeat_interval"),
+        (
+            ["--topic=t", SRC, DST, "--producer-opt=heartbeat_interval,2m"],
+            1,
+            "failed creating producer heartbeat_interval",
+        ),
     ],
 )
 def test_bad_command_lines(args, code, expected):

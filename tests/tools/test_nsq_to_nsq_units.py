@@ -23,8 +23,8 @@ from nsqpy.tools.jsonfilter import (
     require_number,
     whitelist_keys,
 )
-from nsqpy.tools.timer_metrics import TimerMetrics
 from nsqpy.tools.nsq_to_nsq import BatchTimerMetrics
+from nsqpy.tools.timer_metrics import TimerMetrics
 
 pytestmark = pytest.mark.timeout(30)
 
@@ -35,11 +35,23 @@ pytestmark = pytest.mark.timeout(30)
 @pytest.mark.parametrize(
     "f, text",
     [
-        (0.0, "0"), (-0.0, "-0"), (1.0, "1"), (-1.25, "-1.25"), (0.1 + 0.2, "0.30000000000000004"),
-        (1e-6, "0.000001"), (1e-7, "1e-7"), (1.5e-7, "1.5e-7"), (1e-10, "1e-10"),
-        (5e-324, "5e-324"), (123456789.123, "123456789.123"), (1e20, "100000000000000000000"),
-        (2.0**63, "9223372036854776000"), (12345678912345678.0, "12345678912345678"),
-        (1e21, "1e+21"), (-1.5e300, "-1.5e+300"), (1.7976931348623157e308, "1.7976931348623157e+308"),
+        (0.0, "0"),
+        (-0.0, "-0"),
+        (1.0, "1"),
+        (-1.25, "-1.25"),
+        (0.1 + 0.2, "0.30000000000000004"),
+        (1e-6, "0.000001"),
+        (1e-7, "1e-7"),
+        (1.5e-7, "1.5e-7"),
+        (1e-10, "1e-10"),
+        (5e-324, "5e-324"),
+        (123456789.123, "123456789.123"),
+        (1e20, "100000000000000000000"),
+        (2.0**63, "9223372036854776000"),
+        (12345678912345678.0, "12345678912345678"),
+        (1e21, "1e+21"),
+        (-1.5e300, "-1.5e+300"),
+        (1.7976931348623157e308, "1.7976931348623157e+308"),
     ],
 )
 def test_floats_as_go_writes_them(f, text):
@@ -60,16 +72,33 @@ def test_whitelist_keys_sort_by_bytes_once():
 def test_decode_object_is_gos_unmarshal_into_a_map():
     assert decode_object(b"null") == {}
     assert decode_object(b' \t\r\n{"a":1}\n') == {"a": 1.0}
-    for bad in (b"", b"[]", b"1", b'"s"', b"true", b'{"a":1}x', b'{"a":1}{}', b"\xef\xbb\xbf{}",
-                b'{"a":NaN}', b'{"a":Infinity}', b'{"a":-Infinity}', b'{"a":1e309}', b'{"a":01}',
-                b'{"a":"\x01"}', b"{'a':1}", b'{"a":1,}', "{\"a\":\u0661}".encode()):
+    for bad in (
+        b"",
+        b"[]",
+        b"1",
+        b'"s"',
+        b"true",
+        b'{"a":1}x',
+        b'{"a":1}{}',
+        b"\xef\xbb\xbf{}",
+        b'{"a":NaN}',
+        b'{"a":Infinity}',
+        b'{"a":-Infinity}',
+        b'{"a":1e309}',
+        b'{"a":01}',
+        b'{"a":"\x01"}',
+        b"{'a':1}",
+        b'{"a":1,}',
+        '{"a":\u0661}'.encode(),
+    ):
         assert decode_object(bad) is None, bad
     # every number is a float64; an overflowing one fails, an underflowing one is 0
     assert decode_object(b'{"i":9007199254740993,"u":1e-400}') == {"i": 9007199254740992.0, "u": 0.0}
     # invalid UTF-8: one U+FFFD per byte (Go's utf8.DecodeRune); lone surrogates too
     assert decode_object(b'{"s":"\xe2\x82(\xed\xa0\x80"}') == {"s": "\ufffd\ufffd(\ufffd\ufffd\ufffd"}
     assert decode_object(b'{"\\udc00k":["\\ud800\\ud800","\\ud83d\\ude00"]}') == {
-        "\ufffdk": ["\ufffd\ufffd", "\U0001f600"]}
+        "\ufffdk": ["\ufffd\ufffd", "\U0001f600"]
+    }
     assert decode_object(b'{"a":1,"a":2}') == {"a": 2.0}
     deep = b'{"a":' + b"[" * 500 + b"]" * 500 + b"}"
     assert decode_object(deep) is not None
@@ -99,10 +128,15 @@ def test_filter_verdicts():
     assert nan.apply(b'{"k":"NaN"}')[0] == PASS
     assert nan.apply(b'{"k":1}')[0] == DROP
     w = JSONFilter(whitelist=["n", "m", "big", "neg", "frac", "s"])
-    body = (b'{"n":3,"m":-9223372036854775808,"big":9223372036854775807,"neg":-1e19,'
-            b'"frac":0.5,"s":{"i":3,"b":[true,false,null]}}')
-    assert w.apply(body) == (PASS, b'{"big":9223372036854776000,"frac":0.5,"m":-9223372036854775808,'
-                                   b'"n":3,"neg":-10000000000000000000,"s":{"b":[true,false,null],"i":3}}')
+    body = (
+        b'{"n":3,"m":-9223372036854775808,"big":9223372036854775807,"neg":-1e19,'
+        b'"frac":0.5,"s":{"i":3,"b":[true,false,null]}}'
+    )
+    assert w.apply(body) == (
+        PASS,
+        b'{"big":9223372036854776000,"frac":0.5,"m":-9223372036854775808,'
+        b'"n":3,"neg":-10000000000000000000,"s":{"b":[true,false,null],"i":3}}',
+    )
 
 
 # --- timer_metrics, a batch at a time ----------------------------------------------------

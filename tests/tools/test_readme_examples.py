@@ -22,7 +22,8 @@ pytestmark = pytest.mark.timeout(90)
 
 README = Path(__file__).resolve().parents[2] / "README.md"
 EXAMPLE_RE = re.compile(
-    r"<!-- readme-example: (?P<name>[\w-]+) -->\n```(?P<lang>\w+)\n(?P<code>.*?)```", re.S)
+    r"<!-- readme-example: (?P<name>[\w-]+) -->\n```(?P<lang>\w+)\n(?P<code>.*?)```", re.S
+)
 
 
 def examples() -> dict[str, str]:
@@ -43,8 +44,9 @@ def cluster(tmp_path):
     lookupd = NsqlookupdProcess(tmp_path / "lookupd").start()
     nsqd = None
     try:
-        nsqd = NsqdProcess(tmp_path / "nsqd", f"--lookupd-tcp-address={lookupd.tcp_address}",
-                           "--broadcast-address=127.0.0.1").start()
+        nsqd = NsqdProcess(
+            tmp_path / "nsqd", f"--lookupd-tcp-address={lookupd.tcp_address}", "--broadcast-address=127.0.0.1"
+        ).start()
         yield lookupd, nsqd
     finally:
         if nsqd is not None:
@@ -57,13 +59,20 @@ def test_readme_examples_run(cluster, tmp_path):
     ex = examples()
 
     def localize(code: str) -> str:
-        return (code.replace("127.0.0.1:4150", nsqd.tcp_address)
-                .replace("127.0.0.1:4161", lookupd.http_address)
-                .replace(".venv/bin/", f"{BIN_DIR}/"))
+        return (
+            code.replace("127.0.0.1:4150", nsqd.tcp_address)
+            .replace("127.0.0.1:4161", lookupd.http_address)
+            .replace(".venv/bin/", f"{BIN_DIR}/")
+        )
 
     def run_python(name: str) -> str:
-        res = subprocess.run([sys.executable, "-c", localize(ex[name])], capture_output=True, text=True,
-                             timeout=30, cwd=tmp_path)
+        res = subprocess.run(
+            [sys.executable, "-c", localize(ex[name])],
+            capture_output=True,
+            text=True,
+            timeout=30,
+            cwd=tmp_path,
+        )
         assert res.returncode == 0, f"{name}:\n{res.stdout}\n{res.stderr}"
         return res.stdout
 
@@ -79,33 +88,43 @@ def test_readme_examples_run(cluster, tmp_path):
     wait_until(registered, what="topic test in nsqlookupd")
 
     env = dict(os.environ, PYTHONUNBUFFERED="1")
-    with ToolProcess("consumer", [], tmp_path, argv=[sys.executable, "-c", localize(ex["consumer"])],
-                     env=env) as consumer:
+    with ToolProcess(
+        "consumer", [], tmp_path, argv=[sys.executable, "-c", localize(ex["consumer"])], env=env
+    ) as consumer:
         wait_until(lambda: "readme" in channels(nsqd, "test"), what="the consumer's channel")
         run_python("producer")
         assert message_count(nsqd, "test") == 1
         wait_until(lambda: consumer.stdout() == b"hello\n", what="the consumer to print hello")
         run_python("sync")
-        wait_until(lambda: consumer.stdout() == b"hello\nhello from blocking code\n",
-                   what="the consumer to print the sync message")
+        wait_until(
+            lambda: consumer.stdout() == b"hello\nhello from blocking code\n",
+            what="the consumer to print the sync message",
+        )
         wait_until(lambda: channels(nsqd, "test")["readme"]["in_flight_count"] == 0, what="FIN")
         consumer.signal(signal.SIGTERM)
         consumer.wait()
 
     tail_line, to_nsq_line = [ln for ln in ex["tools"].splitlines() if ln.strip()]
     with ToolProcess("nsq_tail", [], tmp_path, argv=["bash", "-c", "exec " + localize(tail_line)]) as tail:
-        wait_until(lambda: any(c.endswith("#ephemeral") for c in channels(nsqd, "test")),
-                   what="nsq_tail's channel")
-        res = subprocess.run(["bash", "-c", localize(to_nsq_line)], capture_output=True, text=True,
-                             timeout=30)
+        wait_until(
+            lambda: any(c.endswith("#ephemeral") for c in channels(nsqd, "test")), what="nsq_tail's channel"
+        )
+        res = subprocess.run(
+            ["bash", "-c", localize(to_nsq_line)], capture_output=True, text=True, timeout=30
+        )
         assert res.returncode == 0, res.stderr
         assert tail.wait(30) == 0, tail.describe()
         assert tail.stdout() == b"one\ntwo\nthree\n"
 
 
 def test_readme_inprocess_example_runs(tmp_path):
-    res = subprocess.run([sys.executable, "-c", examples()["inprocess"]], capture_output=True,
-                         text=True, timeout=30, cwd=tmp_path)
+    res = subprocess.run(
+        [sys.executable, "-c", examples()["inprocess"]],
+        capture_output=True,
+        text=True,
+        timeout=30,
+        cwd=tmp_path,
+    )
     assert res.returncode == 0, res.stderr
     tcp, http = res.stdout.split()
     assert int(tcp) > 0 and int(http) > 0
@@ -119,17 +138,25 @@ def test_readme_quickstart_runs(cluster, tmp_path):
     ex = examples()
 
     def localize(code: str) -> str:
-        return (code.replace("127.0.0.1:4151", nsqd.http_address)
-                .replace("127.0.0.1:4150", nsqd.tcp_address)
-                .replace(".venv/bin/", f"{BIN_DIR}/"))
+        return (
+            code.replace("127.0.0.1:4151", nsqd.http_address)
+            .replace("127.0.0.1:4150", nsqd.tcp_address)
+            .replace(".venv/bin/", f"{BIN_DIR}/")
+        )
 
-    res = subprocess.run(["bash", "-c", localize(ex["quickstart-publish"])], capture_output=True,
-                         text=True, timeout=30)
+    res = subprocess.run(
+        ["bash", "-c", localize(ex["quickstart-publish"])], capture_output=True, text=True, timeout=30
+    )
     assert res.returncode == 0, res.stderr
     assert res.stdout.startswith("OKOKOK{"), res.stdout
-    assert json.loads(res.stdout[len("OKOKOK"):])["topics"][0]["depth"] == 5
-    with ToolProcess("pynsq", [], tmp_path, argv=["bash", "-c", localize(ex["quickstart-consume"])],
-                     env=dict(os.environ, PYTHONUNBUFFERED="1")) as consumer:
+    assert json.loads(res.stdout[len("OKOKOK") :])["topics"][0]["depth"] == 5
+    with ToolProcess(
+        "pynsq",
+        [],
+        tmp_path,
+        argv=["bash", "-c", localize(ex["quickstart-consume"])],
+        env=dict(os.environ, PYTHONUNBUFFERED="1"),
+    ) as consumer:
         want = b"hello world 1\nhello world 2\none\ntwo\nthree\n"
         wait_until(lambda: consumer.stdout() == want, what="the pynsq consumer's five lines")
         wait_until(lambda: channels(nsqd, "test")["quickstart"]["depth"] == 0, what="FINs")
@@ -140,32 +167,45 @@ def test_readme_tls_example_runs(tmp_path):
     free ports), and the pynsq consumer (TLS + snappy, verifying the certificate) prints
     what was published over HTTP."""
     ex = examples()
-    res = subprocess.run(["bash", "-c", ex["tls-cert"]], cwd=tmp_path, capture_output=True,
-                         text=True, timeout=60)
+    res = subprocess.run(
+        ["bash", "-c", ex["tls-cert"]], cwd=tmp_path, capture_output=True, text=True, timeout=60
+    )
     assert res.returncode == 0, res.stderr
     mkdir, cmd = ex["tls-nsqd"].split("\n", 1)
     subprocess.run(["bash", "-c", mkdir], cwd=tmp_path, check=True, timeout=10)
-    cmd = (cmd.replace("127.0.0.1:4150", "127.0.0.1:0")
-           .replace("127.0.0.1:4151", "127.0.0.1:0").replace("127.0.0.1:4152", "127.0.0.1:0")
-           .replace(".venv/bin/", f"{BIN_DIR}/").replace("\\\n", " "))
+    cmd = (
+        cmd.replace("127.0.0.1:4150", "127.0.0.1:0")
+        .replace("127.0.0.1:4151", "127.0.0.1:0")
+        .replace("127.0.0.1:4152", "127.0.0.1:0")
+        .replace(".venv/bin/", f"{BIN_DIR}/")
+        .replace("\\\n", " ")
+    )
     nsqd = ToolProcess("nsqd", [], tmp_path, argv=["bash", "-c", "exec " + cmd], cwd=tmp_path)
     with nsqd:
         wait_until(lambda: b"nsqd HTTPS address:" in nsqd.stdout(), what="nsqd listening")
-        addrs = dict(line.split(" address: ") for line in nsqd.stdout().decode().splitlines()
-                     if " address: " in line)
+        addrs = dict(
+            line.split(" address: ") for line in nsqd.stdout().decode().splitlines() if " address: " in line
+        )
         tcp, http = addrs["nsqd TCP"], addrs["nsqd HTTP"]
         import urllib.request
 
         for body in (b"over tls 1", b"over tls 2"):
-            urllib.request.urlopen(urllib.request.Request(
-                f"http://{http}/pub?topic=test", data=body, method="POST"), timeout=5).read()
+            urllib.request.urlopen(
+                urllib.request.Request(f"http://{http}/pub?topic=test", data=body, method="POST"), timeout=5
+            ).read()
         code = ex["tls-consumer"].replace("127.0.0.1:4150", tcp)
-        with ToolProcess("tls-consumer", [], tmp_path, argv=[sys.executable, "-c", code],
-                         env=dict(os.environ, PYTHONUNBUFFERED="1"), cwd=tmp_path) as consumer:
-            wait_until(lambda: consumer.stdout() == b"over tls 1\nover tls 2\n",
-                       what="the TLS consumer's two lines")
-            status = urllib.request.urlopen(f"http://{http}/stats?format=json&topic=test",
-                                            timeout=5).read()
+        with ToolProcess(
+            "tls-consumer",
+            [],
+            tmp_path,
+            argv=[sys.executable, "-c", code],
+            env=dict(os.environ, PYTHONUNBUFFERED="1"),
+            cwd=tmp_path,
+        ) as consumer:
+            wait_until(
+                lambda: consumer.stdout() == b"over tls 1\nover tls 2\n", what="the TLS consumer's two lines"
+            )
+            status = urllib.request.urlopen(f"http://{http}/stats?format=json&topic=test", timeout=5).read()
             client = json.loads(status)["topics"][0]["channels"][0]["clients"][0]
             assert client["tls"] is True and client["snappy"] is True, client
 
@@ -181,17 +221,26 @@ async def test_readme_client_tools_and_spark_over_tls_and_auth(tmp_path):
     from nsqpy.nsqd.options import Options
 
     ex = examples()
-    res = subprocess.run(["bash", "-c", ex["tls-cert"]], cwd=tmp_path, capture_output=True,
-                         text=True, timeout=60)
+    res = subprocess.run(
+        ["bash", "-c", ex["tls-cert"]], cwd=tmp_path, capture_output=True, text=True, timeout=60
+    )
     assert res.returncode == 0, res.stderr
     authd = await AuthServer().start()
-    authd.answers["good"] = dict(GRANT, authorizations=[
-        {"topic": "^test$", "channels": [".*"], "permissions": ["publish", "subscribe"]}])
+    authd.answers["good"] = dict(
+        GRANT,
+        authorizations=[{"topic": "^test$", "channels": [".*"], "permissions": ["publish", "subscribe"]}],
+    )
     (tmp_path / "data").mkdir()
-    opts = Options(tcp_address="127.0.0.1:0", http_address="127.0.0.1:0",
-                   https_address="127.0.0.1:0", data_path=str(tmp_path / "data"),
-                   tls_cert=str(tmp_path / "nsqd.crt"), tls_key=str(tmp_path / "nsqd.key"),
-                   tls_required="tcp-https", auth_http_addresses=[authd.address])
+    opts = Options(
+        tcp_address="127.0.0.1:0",
+        http_address="127.0.0.1:0",
+        https_address="127.0.0.1:0",
+        data_path=str(tmp_path / "data"),
+        tls_cert=str(tmp_path / "nsqd.crt"),
+        tls_key=str(tmp_path / "nsqd.key"),
+        tls_required="tcp-https",
+        auth_http_addresses=[authd.address],
+    )
     env = dict(os.environ, NSQ_AUTH_SECRET="good", PYTHONUNBUFFERED="1")
     try:
         async with NSQD(opts) as d:
@@ -203,17 +252,28 @@ async def test_readme_client_tools_and_spark_over_tls_and_auth(tmp_path):
 
             async def run(argv: list[str], timeout: float) -> subprocess.CompletedProcess:
                 proc = await asyncio.create_subprocess_exec(
-                    *argv, cwd=tmp_path, env=env, stdout=asyncio.subprocess.PIPE,
-                    stderr=asyncio.subprocess.PIPE)
+                    *argv,
+                    cwd=tmp_path,
+                    env=env,
+                    stdout=asyncio.subprocess.PIPE,
+                    stderr=asyncio.subprocess.PIPE,
+                )
                 out, err = await asyncio.wait_for(proc.communicate(), timeout)
                 return subprocess.CompletedProcess(argv, proc.returncode, out.decode(), err.decode())
 
             tail = await asyncio.create_subprocess_exec(
-                "bash", "-c", localize(ex["tools-tls"]).replace("\\\n", " "), cwd=tmp_path,
-                env=env, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE)
+                "bash",
+                "-c",
+                localize(ex["tools-tls"]).replace("\\\n", " "),
+                cwd=tmp_path,
+                env=env,
+                stdout=asyncio.subprocess.PIPE,
+                stderr=asyncio.subprocess.PIPE,
+            )
             try:
-                await wait_for(lambda: any(c.endswith("#ephemeral")
-                                           for c in d.topics["test"].channels), timeout=30)
+                await wait_for(
+                    lambda: any(c.endswith("#ephemeral") for c in d.topics["test"].channels), timeout=30
+                )
                 res = await run([sys.executable, "-c", localize(ex["client-tls"])], 60)
                 assert res.returncode == 0, res.stderr
                 out, err = await asyncio.wait_for(tail.communicate(), 30)
@@ -227,8 +287,7 @@ async def test_readme_client_tools_and_spark_over_tls_and_auth(tmp_path):
             assert "rows in 1, rows out 1" in res.stdout, res.stdout
             import pyarrow.dataset as ds
 
-            table = ds.dataset(str(tmp_path / "out/tls"), format="parquet",
-                               partitioning="hive").to_table()
+            table = ds.dataset(str(tmp_path / "out/tls"), format="parquet", partitioning="hive").to_table()
             assert table.column("body").to_pylist() == [b"hello over TLS"]
             assert {r["secret"] for r in authd.requests} == {"good"}
             assert {r["tls"] for r in authd.requests} == {"true"}
@@ -247,7 +306,7 @@ def test_readme_other_tools_run(cluster, tmp_path):
     posted: list[bytes] = []
 
     class Ingest(http.server.BaseHTTPRequestHandler):
-        def do_POST(self) -> None:  # noqa: N802
+        def do_POST(self) -> None:
             posted.append(self.rfile.read(int(self.headers["Content-Length"])))
             self.send_response(200)
             self.end_headers()
@@ -258,16 +317,20 @@ def test_readme_other_tools_run(cluster, tmp_path):
     web = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Ingest)
     threading.Thread(target=web.serve_forever, daemon=True).start()
     lines = [ln for ln in examples()["tools-more"].splitlines() if ln.strip()]
-    localized = [ln.replace("127.0.0.1:4161", lookupd.http_address)
-                 .replace("127.0.0.1:4150", nsqd.tcp_address)
-                 .replace("127.0.0.1:8080", f"127.0.0.1:{web.server_address[1]}")
-                 .replace(".venv/bin/", f"{BIN_DIR}/") for ln in lines]
+    localized = [
+        ln.replace("127.0.0.1:4161", lookupd.http_address)
+        .replace("127.0.0.1:4150", nsqd.tcp_address)
+        .replace("127.0.0.1:8080", f"127.0.0.1:{web.server_address[1]}")
+        .replace(".venv/bin/", f"{BIN_DIR}/")
+        for ln in lines
+    ]
     assert nsqd.http_post("/topic/create?topic=test")[0] == 200
     procs = []
     try:
         for i, line in enumerate(localized[:3]):
-            procs.append(ToolProcess(f"tool{i}", [], tmp_path, argv=["bash", "-c", "exec " + line],
-                                     cwd=tmp_path))
+            procs.append(
+                ToolProcess(f"tool{i}", [], tmp_path, argv=["bash", "-c", "exec " + line], cwd=tmp_path)
+            )
         want = {"nsq_to_file", "nsq_to_http", "nsq_to_nsq"}
         wait_until(lambda: want <= set(channels(nsqd, "test")), what="the three tools' channels")
         body = b"\n".join(b"event %d" % i for i in range(20))
@@ -275,8 +338,9 @@ def test_readme_other_tools_run(cluster, tmp_path):
         wait_until(lambda: len(posted) == 20, what="nsq_to_http's 20 POSTs")
         assert sorted(posted) == sorted(body.split(b"\n"))
         wait_until(lambda: message_count(nsqd, "test-copy") == 20, what="nsq_to_nsq's copies")
-        res = subprocess.run(["bash", "-c", localized[3]], capture_output=True, text=True,
-                             timeout=60, cwd=tmp_path)
+        res = subprocess.run(
+            ["bash", "-c", localized[3]], capture_output=True, text=True, timeout=60, cwd=tmp_path
+        )
         assert res.returncode == 0, res.stderr
         assert res.stdout.count("\n") >= 3, res.stdout  # a header and two polls
         for p in procs:

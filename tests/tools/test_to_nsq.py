@@ -21,8 +21,14 @@ def nsqd_proc(tmp_path_factory):
 
 
 def to_nsq(nsqd, topic: str, data: bytes, *args: str, timeout: float = 30.0):
-    return run_tool("to_nsq", f"--topic={topic}", f"--nsqd-tcp-address={nsqd.tcp_address}", *args,
-                    input=data, timeout=timeout)
+    return run_tool(
+        "to_nsq",
+        f"--topic={topic}",
+        f"--nsqd-tcp-address={nsqd.tcp_address}",
+        *args,
+        input=data,
+        timeout=timeout,
+    )
 
 
 def ok(res) -> None:
@@ -81,19 +87,26 @@ def test_delimiter(nsqd_proc):
 def test_many_messages_all_arrive_in_order(nsqd_proc):
     bodies = [b"m%06d" % i + b"x" * (i % 50) for i in range(6000)]
     big = b"B" * 400_000  # bigger than one MPUB batch: goes on its own
-    data = b"\n".join(bodies[:3000] + [big] + bodies[3000:]) + b"\n"
+    data = b"\n".join([*bodies[:3000], big, *bodies[3000:]]) + b"\n"
     ok(to_nsq(nsqd_proc, "many", data))
     assert message_count(nsqd_proc, "many") == 6001
     got = collect(nsqd_proc, "many", 6001)
-    assert got == bodies[:3000] + [big] + bodies[3000:]
+    assert got == [*bodies[:3000], big, *bodies[3000:]]
 
 
 def test_every_message_goes_to_every_nsqd(nsqd_proc, tmp_path):
     with nsqd_process(tmp_path / "second") as second:
-        res = run_tool("to_nsq", "--topic=both", "--nsqd-tcp-address", nsqd_proc.tcp_address,
-                       "--nsqd-tcp-address", second.tcp_address,
-                       "--nsqd-tcp-address", second.tcp_address,  # a repeat is one destination
-                       input=b"x\ny\nz\n")
+        res = run_tool(
+            "to_nsq",
+            "--topic=both",
+            "--nsqd-tcp-address",
+            nsqd_proc.tcp_address,
+            "--nsqd-tcp-address",
+            second.tcp_address,
+            "--nsqd-tcp-address",
+            second.tcp_address,  # a repeat is one destination
+            input=b"x\ny\nz\n",
+        )
         ok(res)
         for d in (nsqd_proc, second):
             assert message_count(d, "both") == 3
@@ -113,8 +126,15 @@ def test_rate_limits_messages_per_second(nsqd_proc):
 
 
 def test_producer_opt_is_passed_through(nsqd_proc):
-    res = to_nsq(nsqd_proc, "opts", b"hello\n", "--producer-opt=client_id,to-nsq-test",
-                 "--producer-opt", "write_timeout,2s", "--producer-opt=heartbeat_interval,5s")
+    res = to_nsq(
+        nsqd_proc,
+        "opts",
+        b"hello\n",
+        "--producer-opt=client_id,to-nsq-test",
+        "--producer-opt",
+        "write_timeout,2s",
+        "--producer-opt=heartbeat_interval,5s",
+    )
     ok(res)
     assert collect(nsqd_proc, "opts", 1) == [b"hello"]
 
@@ -124,24 +144,43 @@ def test_producer_opt_is_passed_through(nsqd_proc):
     [
         (["--topic=t", "--bogus"], 2, "flag provided but not defined: -bogus"),
         (["--topic=t", "--rate=fast"], 2, 'invalid value "fast" for flag -rate: parse error'),
-        (["--topic=t", "--producer-opt=no_such_option,1"], 2,
-         'invalid value "no_such_option,1" for flag -producer-opt: invalid option no_such_option'),
+        (
+            ["--topic=t", "--producer-opt=no_such_option,1"],
+            2,
+            'invalid value "no_such_option,1" for flag -producer-opt: invalid option no_such_option',
+        ),
         (["--topic=t", "--producer-opt=dial_timeout,5"], 2, "missing unit in duration"),
         (["--topic=t", "--producer-opt=max_attempts,70000"], 2, "out of range"),
         (["--nsqd-tcp-address=127.0.0.1:4150"], 1, "--topic required"),
         (["--topic=t"], 1, "--nsqd-tcp-address required"),
-        (["--topic=t", "--delimiter=ab", "--nsqd-tcp-address=127.0.0.1:4150"], 1,
-         "--delimiter must be a single byte"),
+        (
+            ["--topic=t", "--delimiter=ab", "--nsqd-tcp-address=127.0.0.1:4150"],
+            1,
+            "--delimiter must be a single byte",
+        ),
         (["--topic=bad topic!", "--nsqd-tcp-address=127.0.0.1:4150"], 1, "invalid topic name"),
-        (["--topic=t", "--producer-opt=tls_root_ca_file,/nonexistent/ca.pem"], 2,
-         'invalid value "tls_root_ca_file,/nonexistent/ca.pem" for flag -producer-opt: '
-         "open /nonexistent/ca.pem: no such file or directory"),
+        (
+            ["--topic=t", "--producer-opt=tls_root_ca_file,/nonexistent/ca.pem"],
+            2,
+            'invalid value "tls_root_ca_file,/nonexistent/ca.pem" for flag -producer-opt: '
+            "open /nonexistent/ca.pem: no such file or directory",
+        ),
         (["--topic=t", "--producer-opt=tls_min_version,ssl3.0"], 2, "invalid tls_min_version"),
-        (["--topic=t", "--nsqd-tcp-address=127.0.0.1:4150", "--producer-opt=tls_v1",
-          "--producer-opt=tls_cert,client.crt"], 1,
-         "failed to create nsq.Producer - tls_cert and tls_key must be given together"),
-        (["--topic=t", "--nsqd-tcp-address=127.0.0.1:4150", "--producer-opt=heartbeat_interval,2m"], 1,
-         "failed to create nsq.Producer - heartbeat_interval"),
+        (
+            [
+                "--topic=t",
+                "--nsqd-tcp-address=127.0.0.1:4150",
+                "--producer-opt=tls_v1",
+                "--producer-opt=tls_cert,client.crt",
+            ],
+            1,
+            "failed to create nsq.Producer - tls_cert and tls_key must be given together",
+        ),
+        (
+            ["--topic=t", "--nsqd-tcp-address=127.0.0.1:4150", "--producer-opt=heartbeat_interval,2m"],
+            1,
+            "failed to create nsq.Producer - heartbeat_interval",
+        ),
     ],
 )
 def test_bad_command_lines(args, code, expected):
@@ -157,8 +196,14 @@ def test_help_and_version():
     res = run_tool("to_nsq", "--help")
     assert res.returncode == 0
     err = res.stderr.decode()
-    for flag in ("-topic string", "-delimiter string", "-nsqd-tcp-address value", "-producer-opt value",
-                 "-rate int", "-version"):
+    for flag in (
+        "-topic string",
+        "-delimiter string",
+        "-nsqd-tcp-address value",
+        "-producer-opt value",
+        "-rate int",
+        "-version",
+    ):
         assert f"  {flag}\n" in err
     assert '(default "\\n")' in err
     res = run_tool("to_nsq", "-version")
@@ -168,8 +213,13 @@ def test_help_and_version():
 
 def test_unreachable_nsqd_fails_clearly():
     t0 = time.monotonic()
-    res = run_tool("to_nsq", "--topic=t", f"--nsqd-tcp-address=127.0.0.1:{free_port()}",
-                   "--producer-opt=dial_timeout,200ms", input=b"a\nb\n")
+    res = run_tool(
+        "to_nsq",
+        "--topic=t",
+        f"--nsqd-tcp-address=127.0.0.1:{free_port()}",
+        "--producer-opt=dial_timeout,200ms",
+        input=b"a\nb\n",
+    )
     assert res.returncode == 1
     err = res.stderr.decode()
     assert "failed to connect to nsqd 127.0.0.1:" in err
@@ -191,14 +241,16 @@ def test_refused_message_fails_and_says_so(tmp_path):
 
 
 def test_sigterm_while_reading(nsqd_proc, tmp_path):
-    with ToolProcess("to_nsq", ["--topic=live", f"--nsqd-tcp-address={nsqd_proc.tcp_address}"],
-                     tmp_path, stdin_pipe=True) as p:
+    with ToolProcess(
+        "to_nsq", ["--topic=live", f"--nsqd-tcp-address={nsqd_proc.tcp_address}"], tmp_path, stdin_pipe=True
+    ) as p:
         p.write(b"a\nb\n")
         wait_until(lambda: message_count(nsqd_proc, "live") == 2, what="2 messages")
         p.signal(signal.SIGTERM)
         assert p.wait() == 0, p.describe()
-    with ToolProcess("to_nsq", ["--topic=live", f"--nsqd-tcp-address={nsqd_proc.tcp_address}"],
-                     tmp_path, stdin_pipe=True) as p:
+    with ToolProcess(
+        "to_nsq", ["--topic=live", f"--nsqd-tcp-address={nsqd_proc.tcp_address}"], tmp_path, stdin_pipe=True
+    ) as p:
         p.write(b"c\nunterminated")
         wait_until(lambda: message_count(nsqd_proc, "live") == 3, what="3 messages")
         p.signal(signal.SIGINT)
@@ -208,8 +260,9 @@ def test_sigterm_while_reading(nsqd_proc, tmp_path):
 
 
 def test_eof_after_pipe_closes(nsqd_proc, tmp_path):
-    with ToolProcess("to_nsq", ["--topic=piped", f"--nsqd-tcp-address={nsqd_proc.tcp_address}"],
-                     tmp_path, stdin_pipe=True) as p:
+    with ToolProcess(
+        "to_nsq", ["--topic=piped", f"--nsqd-tcp-address={nsqd_proc.tcp_address}"], tmp_path, stdin_pipe=True
+    ) as p:
         for i in range(5):
             p.write(b"p%d\n" % i)
         p.write(b"last")
@@ -223,8 +276,9 @@ def test_mpub_too_big_for_nsqd_falls_back_to_pub(tmp_path):
     # connection): every message still gets in, one PUB each
     with nsqd_process(tmp_path / "tiny", "--max-body-size=1000") as tiny:
         bodies = [b"%04d" % i for i in range(600)]
-        res = run_tool("to_nsq", "--topic=tiny", f"--nsqd-tcp-address={tiny.tcp_address}",
-                       input=b"\n".join(bodies))
+        res = run_tool(
+            "to_nsq", "--topic=tiny", f"--nsqd-tcp-address={tiny.tcp_address}", input=b"\n".join(bodies)
+        )
         assert res.returncode == 0, res.stderr.decode()
         assert message_count(tiny, "tiny") == 600
         assert sorted(collect(tiny, "tiny", 600)) == bodies

@@ -18,10 +18,9 @@ from support import read_bodies
 from support import wait_until as wait_until  # re-exported for the tool tests
 
 
-
-
-def run_tool(name: str, *args: str, input: bytes = b"",
-             timeout: float = 30.0) -> subprocess.CompletedProcess[bytes]:
+def run_tool(
+    name: str, *args: str, input: bytes = b"", timeout: float = 30.0
+) -> subprocess.CompletedProcess[bytes]:
     """Run a tool to completion with ``input`` on stdin (killed, by PID, on timeout)."""
     return subprocess.run([script(name), *args], input=input, capture_output=True, timeout=timeout)
 
@@ -30,9 +29,16 @@ class ToolProcess:
     """A tool started in the background: stdin a pipe (or /dev/null), stdout/stderr in files,
     always stopped by its PID."""
 
-    def __init__(self, name: str, args: Sequence[str], log_dir: Path, stdin_pipe: bool = False,
-                 argv: Sequence[str] | None = None, env: dict[str, str] | None = None,
-                 cwd: Path | None = None) -> None:
+    def __init__(
+        self,
+        name: str,
+        args: Sequence[str],
+        log_dir: Path,
+        stdin_pipe: bool = False,
+        argv: Sequence[str] | None = None,
+        env: dict[str, str] | None = None,
+        cwd: Path | None = None,
+    ) -> None:
         """Start console script ``name`` with ``args`` (or run ``argv`` as is)."""
         self.name = name
         log_dir.mkdir(parents=True, exist_ok=True)
@@ -119,8 +125,9 @@ def channels(nsqd: NsqdProcess, topic: str) -> dict[str, dict[str, Any]]:
     return {} if t is None else {c["channel_name"]: c for c in t["channels"] or []}
 
 
-def collect(nsqd: NsqdProcess, topic: str, n: int, timeout: float = 20.0,
-            channel: str = "verify") -> list[bytes]:
+def collect(
+    nsqd: NsqdProcess, topic: str, n: int, timeout: float = 20.0, channel: str = "verify"
+) -> list[bytes]:
     """The first ``n`` message bodies of a new channel on ``topic`` (FINed), in arrival order."""
     return read_bodies(nsqd.tcp_address, topic, channel, n, timeout, max_in_flight=min(max(n, 1), 2500))
 

@@ -49,8 +49,11 @@ def _load() -> tuple[bool, str]:
 
             try:
                 _hot.set_layout(
-                    MSG_ID_LENGTH, MESSAGE_HEADER_SIZE, FRAME_TYPE_MESSAGE,
-                    MESSAGE_ID_OFFSET, MESSAGE_BODY_OFFSET,
+                    MSG_ID_LENGTH,
+                    MESSAGE_HEADER_SIZE,
+                    FRAME_TYPE_MESSAGE,
+                    MESSAGE_ID_OFFSET,
+                    MESSAGE_BODY_OFFSET,
                 )
             except ValueError as e:
                 why = f"the compiled hot paths do not match protocol/frames.py ({e})"

@@ -39,6 +39,13 @@ def encode_messages(msgs: list[Any], /) -> list[bytes] | None: ...
 def decode_records(records: list[bytes], /) -> list[Any] | None: ...
 def frame_records(records: list[bytes], start: int, stop: int, /) -> bytes: ...
 def split_records(
-    buf: bytes, off: int, pos: int, limit: int, want: int, min_size: int, max_size: int,
-    out: list[bytes], /,
+    buf: bytes,
+    off: int,
+    pos: int,
+    limit: int,
+    want: int,
+    min_size: int,
+    max_size: int,
+    out: list[bytes],
+    /,
 ) -> tuple[int, int, int, int, int | None]: ...

@@ -2,6 +2,7 @@
 
 from .config import ConnectionConfig
 from .conn import Connection
+from .consumer import Consumer, ConsumerStats
 from .errors import (
     AuthError,
     BadMessageError,
@@ -19,7 +20,6 @@ from .errors import (
     TLSError,
     UnsupportedFeatureError,
 )
-from .consumer import Consumer, ConsumerStats
 from .http import LookupdHTTPClient, NsqdHTTPClient
 from .message import Message
 from .producer import Producer
@@ -29,26 +29,26 @@ from .sync import SyncConsumer, SyncMessage, SyncProducer
 __all__ = [
     "AuthError",
     "BackoffPolicy",
-    "Consumer",
-    "ConsumerStats",
-    "ExponentialBackoff",
-    "FullJitterBackoff",
-    "Message",
     "BadMessageError",
     "BadTopicError",
     "Connection",
     "ConnectionClosedError",
     "ConnectionConfig",
+    "Consumer",
+    "ConsumerStats",
     "ErrorFrame",
+    "ExponentialBackoff",
+    "FullJitterBackoff",
     "GiveUp",
     "HandshakeError",
     "LookupdHTTPClient",
+    "Message",
     "NSQError",
     "NSQHTTPError",
-    "NsqdHTTPClient",
     "NoConnectionsError",
-    "ProtocolError",
+    "NsqdHTTPClient",
     "Producer",
+    "ProtocolError",
     "PublishError",
     "RequeueMessage",
     "SyncConsumer",

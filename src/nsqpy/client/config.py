@@ -60,17 +60,29 @@ _RANGES: dict[str, tuple[float, float | None]] = {
 }
 
 #: Options that are durations (parsed with Go's ``time.ParseDuration``).
-_DURATIONS = frozenset({
-    "dial_timeout", "read_timeout", "write_timeout", "lookupd_poll_interval", "lookupd_poll_timeout",
-    "max_requeue_delay", "default_requeue_delay", "max_backoff_duration", "backoff_multiplier",
-    "low_rdy_idle_timeout", "low_rdy_timeout", "rdy_redistribute_interval", "heartbeat_interval",
-    "output_buffer_timeout", "msg_timeout",
-})
+_DURATIONS = frozenset(
+    {
+        "dial_timeout",
+        "read_timeout",
+        "write_timeout",
+        "lookupd_poll_interval",
+        "lookupd_poll_timeout",
+        "max_requeue_delay",
+        "default_requeue_delay",
+        "max_backoff_duration",
+        "backoff_multiplier",
+        "low_rdy_idle_timeout",
+        "low_rdy_timeout",
+        "rdy_redistribute_interval",
+        "heartbeat_interval",
+        "output_buffer_timeout",
+        "msg_timeout",
+    }
+)
 
 
 #: The TLS options a ``tls_context`` replaces.
-_TLS_FILE_OPTIONS = ("tls_root_ca_file", "tls_cert", "tls_key", "tls_min_version",
-                     "tls_insecure_skip_verify")
+_TLS_FILE_OPTIONS = ("tls_root_ca_file", "tls_cert", "tls_key", "tls_min_version", "tls_insecure_skip_verify")
 
 #: Fields that are Python objects, not go-nsq options.
 _NOT_GO_OPTIONS = frozenset({"extra_identify", "tls_context"})
@@ -163,8 +175,7 @@ class ConnectionConfig:
             raise ValueError("cannot enable both deflate and snappy compression")
         if self.tls_min_version and self.tls_min_version not in TLS_MIN_VERSIONS:
             raise ValueError(
-                f"invalid tls_min_version {self.tls_min_version!r} "
-                f"(one of {', '.join(TLS_MIN_VERSIONS)})"
+                f"invalid tls_min_version {self.tls_min_version!r} (one of {', '.join(TLS_MIN_VERSIONS)})"
             )
         if bool(self.tls_cert) != bool(self.tls_key):
             raise ValueError("tls_cert and tls_key must be given together")

@@ -157,12 +157,12 @@ class Connection(asyncio.Protocol):
                 loop.create_connection(lambda: self, self.host, self.port, local_addr=local),
                 self.config.dial_timeout or None,
             )
-        except (OSError, asyncio.TimeoutError) as e:
+        except (TimeoutError, OSError) as e:
             self.closed = True
             raise ConnectionClosedError(f"cannot connect to {self.address}: {e!r}") from e
         try:
             await asyncio.wait_for(asyncio.shield(self._ready_fut), self.config.read_timeout or None)
-        except asyncio.TimeoutError:
+        except TimeoutError:
             err = ConnectionClosedError(
                 f"{self.address}: no answer to the handshake within {self.config.read_timeout}s"
             )
@@ -196,9 +196,12 @@ class Connection(asyncio.Protocol):
         self.closed = True
         ready = self._ready_fut
         if ready is not None and not ready.done():
-            ready.set_exception(ConnectionClosedError(
-                f"connection to {self.address} closed during the handshake" + (f": {exc!r}" if exc else "")
-            ))
+            ready.set_exception(
+                ConnectionClosedError(
+                    f"connection to {self.address} closed during the handshake"
+                    + (f": {exc!r}" if exc else "")
+                )
+            )
             ready.exception()
         err = ConnectionClosedError(f"connection to {self.address} closed" + (f": {exc!r}" if exc else ""))
         for fut in self._proto.fail_pending():
@@ -384,11 +387,17 @@ class Connection(asyncio.Protocol):
         self._own_output = bool(proto.stack.layers)
         cfg = self.config
         if cfg.tls_v1 and proto.stack.tls is None:
-            log.warning("%s: TLS was asked for but nsqd did not enable it (it has no "
-                        "certificate?): carrying on without TLS", self.address)
+            log.warning(
+                "%s: TLS was asked for but nsqd did not enable it (it has no "
+                "certificate?): carrying on without TLS",
+                self.address,
+            )
         if (cfg.snappy or cfg.deflate) and proto.stack.compression is None:
-            log.info("%s: nsqd declined %s compression: carrying on without it",
-                     self.address, "snappy" if cfg.snappy else "deflate")
+            log.info(
+                "%s: nsqd declined %s compression: carrying on without it",
+                self.address,
+                "snappy" if cfg.snappy else "deflate",
+            )
         fut = self._ready_fut
         if fut is not None and not fut.done():
             fut.set_result(None)

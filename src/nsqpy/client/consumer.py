@@ -191,7 +191,7 @@ class Consumer:
         if self._held:
             try:
                 await asyncio.wait_for(self._wait_drained(), timeout)
-            except asyncio.TimeoutError:
+            except TimeoutError:
                 log.warning("consumer: %d messages still in flight after %.1fs", self._held, timeout)
         for conn in list(self._conns.values()):
             conn.close()
@@ -514,13 +514,18 @@ class Consumer:
             return
         try:
             await asyncio.wait_for(self._stop.wait(), seconds)
-        except asyncio.TimeoutError:
+        except TimeoutError:
             pass
 
     async def _open(self, addr: str) -> Connection:
-        conn = Connection(addr, self.config, on_messages=self._on_messages,
-                          message_factory=self._make_message, on_error=self._on_error,
-                          on_close=self._on_close)
+        conn = Connection(
+            addr,
+            self.config,
+            on_messages=self._on_messages,
+            message_factory=self._make_message,
+            on_error=self._on_error,
+            on_close=self._on_close,
+        )
         await conn.connect()
         try:
             await conn.request(commands.sub(self.topic, self.channel), timeout=self.config.read_timeout)

@@ -158,10 +158,25 @@ class AuthRequiredError(AuthError):
 _BY_CODE: dict[str, type[ErrorFrame]] = {
     cls.CODE: cls
     for cls in (
-        InvalidError, BadProtocolError, BadBodyError, BadTopicError, BadChannelError,
-        BadMessageError, PubFailedError, MPubFailedError, DPubFailedError, FinFailedError,
-        ReqFailedError, TouchFailedError, IdentifyFailedError, TooManyChannelConsumersError,
-        AuthFirstError, AuthDisabledError, AuthFailedError, AuthServerError, UnauthorizedError,
+        InvalidError,
+        BadProtocolError,
+        BadBodyError,
+        BadTopicError,
+        BadChannelError,
+        BadMessageError,
+        PubFailedError,
+        MPubFailedError,
+        DPubFailedError,
+        FinFailedError,
+        ReqFailedError,
+        TouchFailedError,
+        IdentifyFailedError,
+        TooManyChannelConsumersError,
+        AuthFirstError,
+        AuthDisabledError,
+        AuthFailedError,
+        AuthServerError,
+        UnauthorizedError,
     )
 }
 assert set(_BY_CODE) == set(ERROR_CODES)

@@ -52,16 +52,19 @@ class _HTTPClient:
 
     def _get_session(self) -> aiohttp.ClientSession:
         if self._session is None or self._session.closed:
-            self._session = aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=self.timeout),
-                                                  headers=self._headers)
+            self._session = aiohttp.ClientSession(
+                timeout=aiohttp.ClientTimeout(total=self.timeout), headers=self._headers
+            )
             self._own_session = True
         return self._session
 
-    async def _request(self, method: str, path: str, params: Mapping[str, Any] | None = None,
-                       data: bytes | None = None) -> Any:
+    async def _request(
+        self, method: str, path: str, params: Mapping[str, Any] | None = None, data: bytes | None = None
+    ) -> Any:
         q = {k: _param(v) for k, v in (params or {}).items() if v is not None}
-        async with self._get_session().request(method, self.base + path, params=q, data=data,
-                                               headers=self._headers) as resp:
+        async with self._get_session().request(
+            method, self.base + path, params=q, data=data, headers=self._headers
+        ) as resp:
             body = await resp.read()
             if resp.status >= 400:
                 raise NSQHTTPError(resp.status, _message(body))
@@ -112,8 +115,11 @@ class NsqdHTTPClient(_HTTPClient):
         """``POST /mpub``: binary framing by default, else newline-separated bodies."""
         items = list(messages)
         if binary:
-            return str(await self._request("POST", "/mpub", {"topic": topic, "binary": True},
-                                           encode_mpub_body(items)))
+            return str(
+                await self._request(
+                    "POST", "/mpub", {"topic": topic, "binary": True}, encode_mpub_body(items)
+                )
+            )
         if any(b"\n" in m for m in items):
             raise ValueError("newline-separated MPUB cannot carry bodies containing newlines")
         return str(await self._request("POST", "/mpub", {"topic": topic}, b"\n".join(items)))
@@ -150,13 +156,27 @@ class NsqdHTTPClient(_HTTPClient):
     async def unpause_channel(self, topic: str, channel: str) -> None:
         await self._request("POST", "/channel/unpause", {"topic": topic, "channel": channel})
 
-    async def stats(self, topic: str | None = None, channel: str | None = None,
-                    include_clients: bool | None = None, include_mem: bool | None = None) -> dict[str, Any]:
+    async def stats(
+        self,
+        topic: str | None = None,
+        channel: str | None = None,
+        include_clients: bool | None = None,
+        include_mem: bool | None = None,
+    ) -> dict[str, Any]:
         """``GET /stats?format=json`` with the optional filters."""
-        return dict(await self._request("GET", "/stats", {
-            "format": "json", "topic": topic, "channel": channel,
-            "include_clients": include_clients, "include_mem": include_mem,
-        }))
+        return dict(
+            await self._request(
+                "GET",
+                "/stats",
+                {
+                    "format": "json",
+                    "topic": topic,
+                    "channel": channel,
+                    "include_clients": include_clients,
+                    "include_mem": include_mem,
+                },
+            )
+        )
 
     async def get_config(self, opt: str) -> Any:
         return await self._request("GET", f"/config/{opt}")

@@ -25,10 +25,11 @@ class Message:
     """
 
     # Built once per message received: keep the slots few and __init__ plain.
-    __slots__ = ("id", "body", "timestamp", "attempts", "_consumer", "_conn", "_responded", "_delivered")
+    __slots__ = ("_conn", "_consumer", "_delivered", "_responded", "attempts", "body", "id", "timestamp")
 
-    def __init__(self, consumer: Consumer, conn: Connection, msg_id: bytes, body: bytes,
-                 timestamp: int, attempts: int) -> None:
+    def __init__(
+        self, consumer: Consumer, conn: Connection, msg_id: bytes, body: bytes, timestamp: int, attempts: int
+    ) -> None:
         self.id = msg_id
         self.body = body
         self.timestamp = timestamp

@@ -157,7 +157,7 @@ class Producer:
 
         try:
             await asyncio.wait_for(cond(), timeout)
-        except asyncio.TimeoutError:
+        except TimeoutError:
             raise NoConnectionsError(self._why()) from None
 
     async def close(self) -> None:
@@ -168,7 +168,7 @@ class Producer:
             if conn is not None and conn.pending:
                 try:
                     await asyncio.wait_for(conn.drain(), self.timeout)
-                except asyncio.TimeoutError:
+                except TimeoutError:
                     pass
             if conn is not None:
                 conn.close()
@@ -259,7 +259,7 @@ class Producer:
                     raise NoConnectionsError(self._why())
                 try:
                     await asyncio.wait_for(self._changed(), remaining)
-                except asyncio.TimeoutError:
+                except TimeoutError:
                     raise NoConnectionsError(self._why()) from None
                 continue
             if remaining <= 0:

@@ -89,7 +89,7 @@ def backoff_policy(strategy: str, multiplier: float) -> BackoffPolicy:
 class ConnState:
     """What the controller knows about one connection."""
 
-    __slots__ = ("key", "max_rdy", "rdy", "in_flight", "received", "last_msg", "last_rdy", "granted_at")
+    __slots__ = ("granted_at", "in_flight", "key", "last_msg", "last_rdy", "max_rdy", "rdy", "received")
 
     def __init__(self, key: Hashable, max_rdy: int, now: float) -> None:
         self.key = key
@@ -178,10 +178,7 @@ class RdyController:
 
     def is_starved(self) -> bool:
         """True when some connection holds ≥ 85 % of its RDY in flight (time to flush a batch)."""
-        for c in self.conns.values():
-            if c.in_flight > 0 and c.in_flight >= c.rdy * 0.85:
-                return True
-        return False
+        return any(c.in_flight > 0 and c.in_flight >= c.rdy * 0.85 for c in self.conns.values())
 
     def next_deadline(self) -> float | None:
         """When :meth:`tick` should next be called (None: no timer needed)."""
@@ -322,10 +319,9 @@ class RdyController:
             if level > 0:
                 level -= 1
                 updated = True
-        elif signal is _FAILURE:
-            if self.backoff.ceiling(level + 1) <= self.max_backoff_duration:
-                level += 1
-                updated = True
+        elif signal is _FAILURE and self.backoff.ceiling(level + 1) <= self.max_backoff_duration:
+            level += 1
+            updated = True
         self.backoff_level = level
         if level == 0 and updated:
             self.version += 1

@@ -58,8 +58,13 @@ class _LoopThread:
 class SyncProducer:
     """``with SyncProducer("127.0.0.1:4150") as p: p.publish("topic", b"body")``."""
 
-    def __init__(self, nsqd_tcp_addresses: str | Sequence[str], *,
-                 config: ConnectionConfig | None = None, **kwargs: Any) -> None:
+    def __init__(
+        self,
+        nsqd_tcp_addresses: str | Sequence[str],
+        *,
+        config: ConnectionConfig | None = None,
+        **kwargs: Any,
+    ) -> None:
         """``kwargs``: :class:`~nsqpy.client.Producer`'s other keyword arguments."""
         self._lt = _LoopThread("nsqpy-sync-producer")
 
@@ -77,8 +82,9 @@ class SyncProducer:
     def wait_connected(self, timeout: float | None = None, *, all: bool = False) -> None:
         self._lt.call(self._producer.wait_connected(timeout, all=all))
 
-    def publish(self, topic: str, body: bytes, *, defer: float | timedelta | None = None,
-                timeout: float | None = None) -> None:
+    def publish(
+        self, topic: str, body: bytes, *, defer: float | timedelta | None = None, timeout: float | None = None
+    ) -> None:
         self._lt.call(self._producer.publish(topic, body, defer=defer, timeout=timeout))
 
     def publish_many(self, topic: str, bodies: Iterable[bytes], *, timeout: float | None = None) -> None:
@@ -102,7 +108,7 @@ class SyncProducer:
 class SyncMessage:
     """A :class:`~nsqpy.client.message.Message` with blocking fin/req/touch."""
 
-    __slots__ = ("_msg", "_lt")
+    __slots__ = ("_lt", "_msg")
 
     def __init__(self, msg: Message, lt: _LoopThread) -> None:
         self._msg = msg
@@ -148,8 +154,9 @@ class SyncMessage:
 class SyncConsumer:
     """``with SyncConsumer("t", "c", nsqd_tcp_addresses=[...]) as c: for msg in c: msg.fin()``."""
 
-    def __init__(self, topic: str, channel: str, *, config: ConnectionConfig | None = None,
-                 **kwargs: Any) -> None:
+    def __init__(
+        self, topic: str, channel: str, *, config: ConnectionConfig | None = None, **kwargs: Any
+    ) -> None:
         """``kwargs``: :class:`~nsqpy.client.Consumer`'s other keyword arguments."""
         self._lt = _LoopThread("nsqpy-sync-consumer")
 

@@ -151,9 +151,7 @@ class AuthClient:
             await self._session.close()
             self._session = None
 
-    async def query_any(
-        self, remote_ip: str, tls: bool, common_name: str, secret: str
-    ) -> AuthState:
+    async def query_any(self, remote_ip: str, tls: bool, common_name: str, secret: str) -> AuthState:
         """Go's ``QueryAnyAuthd``: the servers in random order, the first answer wins."""
         import random
 
@@ -168,9 +166,7 @@ class AuthClient:
                 errors.append(f"failed to auth against {addr} - {e}")
         raise AuthError("; ".join(errors))
 
-    async def query(
-        self, addr: str, remote_ip: str, tls: bool, common_name: str, secret: str
-    ) -> AuthState:
+    async def query(self, addr: str, remote_ip: str, tls: bool, common_name: str, secret: str) -> AuthState:
         values = {
             "common_name": common_name,
             "remote_ip": remote_ip,
@@ -188,9 +184,7 @@ class AuthClient:
             if self.method == "post":
                 req = self._session.post(base, data=values, ssl=self._ssl)
             else:
-                req = self._session.get(
-                    f"{base}?{urllib.parse.urlencode(values)}", ssl=self._ssl
-                )
+                req = self._session.get(f"{base}?{urllib.parse.urlencode(values)}", ssl=self._ssl)
             async with req as resp:
                 body = await resp.read()
                 if resp.status != 200:

@@ -21,10 +21,10 @@ import time
 from collections import deque
 from typing import TYPE_CHECKING, Any, Protocol
 
+from .._speedups import compiled
 from ..protocol.frames import MESSAGE_BODY_OFFSET as BODY_AT
 from ..protocol.frames import MESSAGE_FIELDS, encode_message
 from ..protocol.frames import MESSAGE_ID_OFFSET as ID_AT
-from .._speedups import compiled
 from ..protocol.names import is_ephemeral
 from .backend import BackendQueue, Queued
 from .diskqueue import DiskQueueError, DiskQueueWriteError
@@ -113,26 +113,26 @@ class Consumer(Protocol):
 
 class Channel(Queued):
     __slots__ = (
-        "topic",
-        "name",
-        "nsqd",
-        "ephemeral",
-        "queue",
-        "in_flight",
-        "timers",
-        "timed",
-        "deferred",
-        "clients",
-        "paused",
-        "exiting",
-        "message_count",
-        "requeue_count",
-        "timeout_count",
+        "_deferred_due",
         "_pump_scheduled",
         "_rr",
         "backend",
-        "_deferred_due",
+        "clients",
+        "deferred",
         "e2e",
+        "ephemeral",
+        "exiting",
+        "in_flight",
+        "message_count",
+        "name",
+        "nsqd",
+        "paused",
+        "queue",
+        "requeue_count",
+        "timed",
+        "timeout_count",
+        "timers",
+        "topic",
     )
 
     def __init__(self, topic: Topic, name: str, nsqd: NSQD) -> None:
@@ -252,11 +252,7 @@ class Channel(Queued):
     # --- delivery -------------------------------------------------------------------------
 
     def schedule_pump(self) -> None:
-        if (
-            not self._pump_scheduled
-            and self.clients
-            and (self.queue or self.backend.depth)
-        ):
+        if not self._pump_scheduled and self.clients and (self.queue or self.backend.depth):
             self._pump_scheduled = True
             self.nsqd.loop.call_soon(self._pump)
 

@@ -153,14 +153,47 @@ class ClientV2(asyncio.Protocol):
     # ~1.6 KiB of every connection (10,000 idle consumers: 16 MiB); slots take ~0.4 KiB.
     # (ProtocolV2 adds a few attributes of its own in a small dict.)
     __slots__ = (
-        "nsqd", "id", "transport", "remote_address", "state", "closed",
-        "_out", "_out_len", "_flush_now", "_flush_timer", "_write_paused_at",
-        "_held", "_close_on_release", "_held_for", "_hb_slot", "_last_read", "_last_hb",
-        "client_id", "hostname", "user_agent", "heartbeat_interval", "output_buffer_size",
-        "output_buffer_timeout", "msg_timeout", "sample_rate", "identified",
-        "channel", "ready_count", "in_flight_count", "message_count", "finish_count",
-        "requeue_count", "pub_counts", "connect_ts",
-        "_stack", "tls", "snappy", "deflate", "auth_secret", "auth_state", "_suspended",
+        "_close_on_release",
+        "_flush_now",
+        "_flush_timer",
+        "_hb_slot",
+        "_held",
+        "_held_for",
+        "_last_hb",
+        "_last_read",
+        "_out",
+        "_out_len",
+        "_stack",
+        "_suspended",
+        "_write_paused_at",
+        "auth_secret",
+        "auth_state",
+        "channel",
+        "client_id",
+        "closed",
+        "connect_ts",
+        "deflate",
+        "finish_count",
+        "heartbeat_interval",
+        "hostname",
+        "id",
+        "identified",
+        "in_flight_count",
+        "message_count",
+        "msg_timeout",
+        "nsqd",
+        "output_buffer_size",
+        "output_buffer_timeout",
+        "pub_counts",
+        "ready_count",
+        "remote_address",
+        "requeue_count",
+        "sample_rate",
+        "snappy",
+        "state",
+        "tls",
+        "transport",
+        "user_agent",
     )
 
     def __init__(self, nsqd: NSQD) -> None:
@@ -415,8 +448,16 @@ class ClientV2(asyncio.Protocol):
                 from random import randrange
 
                 sent_bytes = _c_send_batch(
-                    channel.queue, n, self, channel.in_flight, entries, deadline, now,
-                    self._out, self.sample_rate, randrange,
+                    channel.queue,
+                    n,
+                    self,
+                    channel.in_flight,
+                    entries,
+                    deadline,
+                    now,
+                    self._out,
+                    self.sample_rate,
+                    randrange,
                 )
             else:
                 sent_bytes = _c_send_batch(
@@ -424,7 +465,14 @@ class ClientV2(asyncio.Protocol):
                 )
         if sent_bytes is None:
             sent_bytes = send_batch_py(
-                channel.queue, n, self, channel.in_flight, entries, deadline, now, self._out,
+                channel.queue,
+                n,
+                self,
+                channel.in_flight,
+                entries,
+                deadline,
+                now,
+                self._out,
                 self.sample_rate,
             )
         sent, nbytes = sent_bytes

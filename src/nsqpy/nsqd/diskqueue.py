@@ -159,7 +159,7 @@ class SyncJob:
     while :meth:`run` blocks.
     """
 
-    __slots__ = ("_queue", "_fds", "_meta", "_seq", "_epoch", "_dir_first")
+    __slots__ = ("_dir_first", "_epoch", "_fds", "_meta", "_queue", "_seq")
 
     def __init__(
         self,
@@ -212,14 +212,41 @@ class DiskQueue:
     """A filesystem-backed FIFO of byte records in go-diskqueue v1.1.0's format."""
 
     __slots__ = (
-        "name", "data_path", "max_bytes_per_file", "min_msg_size", "max_msg_size",
-        "sync_every", "sync_timeout", "_log",
-        "depth", "read_file_num", "read_pos", "write_file_num", "write_pos",
-        "_prefix", "_meta_path", "_segment_re",
-        "_wfd", "_wdirty", "_created", "_retired",
-        "_rfd", "_rbuf", "_rbuf_pos", "_rsize",
-        "_ops", "_need_sync", "_last_sync", "_last_meta",
-        "_lock", "_epoch", "_seq", "_meta_seq", "_closed", "_peek_mark", "_events",
+        "_closed",
+        "_created",
+        "_epoch",
+        "_events",
+        "_last_meta",
+        "_last_sync",
+        "_lock",
+        "_log",
+        "_meta_path",
+        "_meta_seq",
+        "_need_sync",
+        "_ops",
+        "_peek_mark",
+        "_prefix",
+        "_rbuf",
+        "_rbuf_pos",
+        "_retired",
+        "_rfd",
+        "_rsize",
+        "_segment_re",
+        "_seq",
+        "_wdirty",
+        "_wfd",
+        "data_path",
+        "depth",
+        "max_bytes_per_file",
+        "max_msg_size",
+        "min_msg_size",
+        "name",
+        "read_file_num",
+        "read_pos",
+        "sync_every",
+        "sync_timeout",
+        "write_file_num",
+        "write_pos",
     )
 
     #: what is put here survives a restart (the null backend's is False)
@@ -632,9 +659,7 @@ class DiskQueue:
         """Rename the unreadable read segment to ``.bad`` and move on to the next one."""
         rfn = self.read_file_num
         path = self.file_name(rfn)
-        self._log.error(
-            "DISKQUEUE(%s) reading at %d of %s - %s", self.name, self.read_pos, path, reason
-        )
+        self._log.error("DISKQUEUE(%s) reading at %d of %s - %s", self.name, self.read_pos, path, reason)
         self._close_read_file()
         if rfn == self.write_file_num:
             # the write segment itself is unreadable: abandon it for writes too
@@ -649,15 +674,16 @@ class DiskQueue:
             self.write_pos = 0
         if os.path.exists(path):
             bad = path + ".bad"
-            self._log.warning(
-                "DISKQUEUE(%s) jump to next file and saving bad file as %s", self.name, bad
-            )
+            self._log.warning("DISKQUEUE(%s) jump to next file and saving bad file as %s", self.name, bad)
             try:
                 os.rename(path, bad)
             except OSError as e:
                 self._log.error(
                     "DISKQUEUE(%s) failed to rename bad diskqueue file %s to %s - %s",
-                    self.name, path, bad, e,
+                    self.name,
+                    path,
+                    bad,
+                    e,
                 )
         self.read_file_num = self._next_segment(rfn + 1, self.write_file_num)
         self.read_pos = 0
@@ -672,11 +698,7 @@ class DiskQueue:
         self._check_tail()
 
     def _check_tail(self) -> None:
-        if (
-            self.depth != 0
-            and self.read_file_num == self.write_file_num
-            and self.read_pos == self.write_pos
-        ):
+        if self.depth != 0 and self.read_file_num == self.write_file_num and self.read_pos == self.write_pos:
             self._log.error(
                 "DISKQUEUE(%s) %s depth at tail (%d), resetting 0...",
                 self.name,
@@ -765,9 +787,7 @@ class DiskQueue:
             except FileNotFoundError:
                 pass
             except OSError as e:
-                self._log.error(
-                    "DISKQUEUE(%s) failed to remove metadata file - %s", self.name, e
-                )
+                self._log.error("DISKQUEUE(%s) failed to remove metadata file - %s", self.name, e)
         for n in range(self.read_file_num, self.write_file_num + 1):
             path = self.file_name(n)
             try:
@@ -838,9 +858,11 @@ class DiskQueue:
         for fn in names:
             if not fn.startswith(head):
                 continue
-            if fn == meta or (fn.startswith(meta + ".") and fn.endswith(".tmp")):
-                out.append(fn)
-            elif self._segment_re.fullmatch(fn.removesuffix(".bad")):
+            if (
+                fn == meta
+                or (fn.startswith(meta + ".") and fn.endswith(".tmp"))
+                or self._segment_re.fullmatch(fn.removesuffix(".bad"))
+            ):
                 out.append(fn)
         return out
 
@@ -880,9 +902,7 @@ class DiskQueue:
             return None
         m = _META_RE.match(raw)
         if m is None:
-            self._log.error(
-                "DISKQUEUE(%s) failed to retrieveMetaData - unparseable %r", self.name, raw[:100]
-            )
+            self._log.error("DISKQUEUE(%s) failed to retrieveMetaData - unparseable %r", self.name, raw[:100])
             return None
         d, rfn, rpos, wfn, wpos = (int(x) for x in m.groups())
         return d, rfn, rpos, wfn, wpos
@@ -897,7 +917,10 @@ class DiskQueue:
         if nxt != rfn:
             self._log.warning(
                 "DISKQUEUE(%s) read file %s is missing, skipping %d file(s) to %s",
-                self.name, self.file_name(rfn), nxt - rfn, self.file_name(nxt),
+                self.name,
+                self.file_name(rfn),
+                nxt - rfn,
+                self.file_name(nxt),
             )
             rfn = nxt
             rpos = 0
@@ -907,7 +930,10 @@ class DiskQueue:
             if rpos > rsize:
                 self._log.error(
                     "DISKQUEUE(%s) metadata readPos %d is past the end of %s (%d bytes)",
-                    self.name, rpos, self.file_name(rfn), rsize,
+                    self.name,
+                    rpos,
+                    self.file_name(rfn),
+                    rsize,
                 )
                 rpos = rsize
                 recount = True
@@ -922,7 +948,9 @@ class DiskQueue:
             if wpos > 0:
                 self._log.error(
                     "DISKQUEUE(%s) write file %s is missing (metadata writePos %d)",
-                    self.name, path, wpos,
+                    self.name,
+                    path,
+                    wpos,
                 )
                 wpos = 0
                 if rfn == wfn:
@@ -932,7 +960,10 @@ class DiskQueue:
             # the file lost bytes the metadata counted: keep what is whole
             self._log.error(
                 "DISKQUEUE(%s) %s is %d bytes, shorter than metadata writePos %d",
-                self.name, path, size, wpos,
+                self.name,
+                path,
+                size,
+                wpos,
             )
             if rfn == wfn and rpos >= size:
                 rpos = wpos = size  # nothing unread survives; append after what is there
@@ -954,7 +985,10 @@ class DiskQueue:
             if count or end != wpos:
                 self._log.warning(
                     "DISKQUEUE(%s) recovered %d records in %s past metadata writePos %d",
-                    self.name, count, path, wpos,
+                    self.name,
+                    count,
+                    path,
+                    wpos,
                 )
             recovered += count
             wpos = end
@@ -972,7 +1006,9 @@ class DiskQueue:
                 self._truncate(path, end, size)
             self._log.warning(
                 "DISKQUEUE(%s) recovered %d records in %s, newer than the metadata",
-                self.name, count, path,
+                self.name,
+                count,
+                path,
             )
             recovered += count
             wfn = n
@@ -988,18 +1024,14 @@ class DiskQueue:
         if recount or self.depth < 0:
             self.depth = self._count_remaining()
             changed = True
-            self._log.warning(
-                "DISKQUEUE(%s) metadata depth %d recounted as %d", self.name, depth, self.depth
-            )
+            self._log.warning("DISKQUEUE(%s) metadata depth %d recounted as %d", self.name, depth, self.depth)
         if changed:
             self._need_sync = True
         self._check_tail()
 
     def _recover_from_files(self) -> None:
         nums = sorted(
-            int(m.group(1))
-            for m in map(self._segment_re.fullmatch, self._own_files())
-            if m is not None
+            int(m.group(1)) for m in map(self._segment_re.fullmatch, self._own_files()) if m is not None
         )
         if not nums:
             return
@@ -1022,7 +1054,10 @@ class DiskQueue:
         self._need_sync = True
         self._log.warning(
             "DISKQUEUE(%s) no usable metadata: recovered %d records from segments %d..%d",
-            self.name, depth, nums[0], nums[-1],
+            self.name,
+            depth,
+            nums[0],
+            nums[-1],
         )
 
     def _scan(self, path: str, start: int, limit: int = -1) -> tuple[int, int, int] | None:
@@ -1093,7 +1128,10 @@ class DiskQueue:
     def _truncate(self, path: str, end: int, size: int) -> None:
         self._log.warning(
             "DISKQUEUE(%s) truncating %s from %d to %d bytes (torn or corrupt tail)",
-            self.name, path, size, end,
+            self.name,
+            path,
+            size,
+            end,
         )
         fd = os.open(path, os.O_WRONLY)
         try:

@@ -18,7 +18,7 @@ MAX_NODE_ID = 1 << NODE_ID_BITS
 
 
 class GUIDFactory:
-    __slots__ = ("_node", "_last_ts", "_seq")
+    __slots__ = ("_last_ts", "_node", "_seq")
 
     def __init__(self, node_id: int) -> None:
         if not 0 <= node_id < MAX_NODE_ID:

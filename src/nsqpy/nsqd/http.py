@@ -38,9 +38,8 @@ from typing import TYPE_CHECKING, Any
 
 from aiohttp import web
 
-from ..goflags import go_quote
 from .. import NSQ_VERSION
-from ..pprof import Pprof
+from ..goflags import go_quote
 from ..httpapi import (
     JSON_TYPE,
     PLAIN,
@@ -56,9 +55,11 @@ from ..httpapi import (
     serve,
     topic_channel_args,
 )
+from ..pprof import Pprof
 from ..protocol.commands import decode_mpub
 from ..protocol.errors import ProtocolError
 from ..protocol.names import is_valid_topic_name
+from .diskqueue import DiskQueueError
 from .options import InvalidOptionError, OptionsError, config_value, set_config_value
 from .stats import (
     BOOL_PARAMS,
@@ -67,7 +68,6 @@ from .stats import (
     stats_document,
     stats_text,
 )
-from .diskqueue import DiskQueueError
 from .topic import Topic, TopicExitingError
 
 if TYPE_CHECKING:
@@ -76,6 +76,7 @@ if TYPE_CHECKING:
 log = logging.getLogger("nsqd")
 
 _INT = re.compile(r"[+-]?[0-9]+")
+
 
 def _ns(seconds: float) -> int:
     return round(seconds * 1_000_000_000)
@@ -213,6 +214,7 @@ class HTTPServer:
             raise HTTPError(503, "EXITING") from None
         if syncer.urgent_requests != urgent:  # --sync-every reached: answer after the fsync
             done: asyncio.Future[BaseException | None] = asyncio.get_running_loop().create_future()
+
             def synced(err: BaseException | None) -> None:
                 if not done.done():
                     done.set_result(err)

@@ -27,7 +27,7 @@ COMPACT_SLACK = 1024
 
 
 class InFlightTimers:
-    __slots__ = ("queue", "heap")
+    __slots__ = ("heap", "queue")
 
     def __init__(self) -> None:
         #: (deadline, message) in send order: the hot path appends to it directly

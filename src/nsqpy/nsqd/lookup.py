@@ -179,7 +179,9 @@ class LookupPeer:
         if resp != b"OK":
             log.error(
                 "LOOKUPD(%s): %s - %s",
-                self.address, cmd.strip().decode("utf-8", "replace"), resp.decode("utf-8", "replace"),
+                self.address,
+                cmd.strip().decode("utf-8", "replace"),
+                resp.decode("utf-8", "replace"),
             )
 
 

@@ -13,7 +13,7 @@ if TYPE_CHECKING:
 
 
 class Message:
-    __slots__ = ("id", "body", "timestamp", "attempts", "client", "deadline", "delivery_ts", "defer")
+    __slots__ = ("attempts", "body", "client", "deadline", "defer", "delivery_ts", "id", "timestamp")
 
     def __init__(self, msg_id: bytes, body: bytes, timestamp: int, attempts: int = 0) -> None:
         self.id = msg_id

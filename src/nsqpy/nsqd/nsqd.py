@@ -30,9 +30,9 @@ from ..protocol.frames import MESSAGE_HEADER_SIZE
 from ..protocol.names import is_ephemeral, is_valid_topic_name
 from .auth import AuthClient
 from .backend import BackendQueue, NullBackend
+from .fileio import write_file_atomic
 from .guid import GUIDFactory
 from .lookup import LookupPeers, register, unregister
-from .fileio import write_file_atomic
 from .metadata import DataPathLock, encode_metadata, metadata_path, read_metadata
 from .options import Options
 from .stats import install_gc_tracker
@@ -104,9 +104,7 @@ class LazyHTTP:
     event loop keeps serving TCP clients meanwhile.
     """
 
-    def __init__(
-        self, nsqd: NSQD, sock: socket.socket, ssl_context: ssl.SSLContext | None = None
-    ) -> None:
+    def __init__(self, nsqd: NSQD, sock: socket.socket, ssl_context: ssl.SSLContext | None = None) -> None:
         self.nsqd = nsqd
         self.sock = sock
         self.ssl_context = ssl_context
@@ -155,9 +153,7 @@ class ShutdownError(RuntimeError):
     """A clean shutdown could not write everything to disk (each error was logged)."""
 
     def __init__(self, errors: list[str]) -> None:
-        super().__init__(
-            f"shutdown failed to write {len(errors)} queue(s) to disk - " + "; ".join(errors)
-        )
+        super().__init__(f"shutdown failed to write {len(errors)} queue(s) to disk - " + "; ".join(errors))
         self.errors = errors
 
 
@@ -391,8 +387,9 @@ class NSQD:
             self.shutdown_errors.append(f"failed to persist metadata - {e}")
         self._lock.release()
         if self.shutdown_errors:
-            log.error("NSQ: shutdown could not write everything to disk (%d error(s))",
-                      len(self.shutdown_errors))
+            log.error(
+                "NSQ: shutdown could not write everything to disk (%d error(s))", len(self.shutdown_errors)
+            )
         log.info("NSQ: bye")
 
     async def _close_backends(self) -> None:
@@ -491,7 +488,8 @@ class NSQD:
             if errors:
                 log.warning(
                     "failed to query nsqlookupd for channels to pre-create for topic %s - %s",
-                    topic.name, "; ".join(errors),
+                    topic.name,
+                    "; ".join(errors),
                 )
             if topic.exiting or self.topics.get(topic.name) is not topic:
                 return
@@ -559,7 +557,6 @@ class NSQD:
             events=self.syncer,
         )
 
-
     @property
     def loading(self) -> bool:
         """True while nsqd.dat is being loaded at start-up."""
@@ -598,9 +595,7 @@ class NSQD:
             if topic.ephemeral:
                 continue
             chans = [
-                {"name": ch.name, "paused": ch.paused}
-                for ch in topic.channels.values()
-                if not ch.ephemeral
+                {"name": ch.name, "paused": ch.paused} for ch in topic.channels.values() if not ch.ephemeral
             ]
             topics.append({"name": topic.name, "paused": topic.paused, "channels": chans})
         return topics
@@ -648,9 +643,7 @@ class NSQD:
             self._metadata_pending = False
             data = encode_metadata(self.metadata())
             try:
-                await loop.run_in_executor(
-                    None, write_file_atomic, metadata_path(self.data_path), data
-                )
+                await loop.run_in_executor(None, write_file_atomic, metadata_path(self.data_path), data)
                 if self._health_error is not None:
                     self.set_health(None)
             except OSError as e:

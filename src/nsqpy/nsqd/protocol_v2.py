@@ -13,7 +13,7 @@ import asyncio
 import json
 import logging
 from collections.abc import Callable, Coroutine
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from .. import NSQ_VERSION
 from ..goflags import go_quote
@@ -27,6 +27,7 @@ from ..protocol.frames import (
     encode_response,
 )
 from ..protocol.names import is_valid_channel_name, is_valid_topic_name
+from .auth import AuthError, AuthState
 from .client_v2 import (
     STATE_CLOSING,
     STATE_INIT,
@@ -35,7 +36,6 @@ from .client_v2 import (
     fatal,
     parse_base10,
 )
-from .auth import AuthError, AuthState
 from .diskqueue import DiskQueueError
 from .topic import TopicExitingError
 
@@ -63,7 +63,7 @@ class ProtocolV2(ClientV2):
 
     #: command name -> method (one table for every connection: bound methods per connection
     #: cost ~1 KiB each of thousands of idle consumers); filled below the class
-    _handlers: dict[bytes, Callable[[ProtocolV2, list[bytes], bytes | None], None]] = {}
+    _handlers: ClassVar[dict[bytes, Callable[[ProtocolV2, list[bytes], bytes | None], None]]] = {}
 
     def data_received(self, data: bytes) -> None:
         if self.closed:
@@ -230,7 +230,8 @@ class ProtocolV2(ClientV2):
         else:
             log.info(
                 "PROTOCOL(V2): [%s] upgrading connection to deflate (level %d)",
-                self.remote_address, level,
+                self.remote_address,
+                level,
             )
             layer = DeflateLayer(level)
             self.deflate = True
@@ -297,9 +298,7 @@ class ProtocolV2(ClientV2):
         except AuthError as e:
             return e
 
-    def _check_auth(
-        self, cmd: str, topic: str, channel: str, retry: Callable[[], None] | None
-    ) -> bool:
+    def _check_auth(self, cmd: str, topic: str, channel: str, retry: Callable[[], None] | None) -> bool:
         """Go's CheckAuth. True: allowed now. False: the authorizations expired and are being
         fetched again; ``retry`` runs the command once they are back. Raises the fatal
         E_AUTH_FIRST / E_AUTH_FAILED / E_UNAUTHORIZED."""
@@ -311,6 +310,7 @@ class ProtocolV2(ClientV2):
         if st.is_expired():
             if retry is None:
                 return True  # checked again once the body is read
+
             def refreshed(result: AuthState | AuthError) -> None:
                 if isinstance(result, AuthError):
                     log.warning("PROTOCOL(V2): [%s] AUTH failed %s", self.remote_address, result)
@@ -481,9 +481,7 @@ class ProtocolV2(ClientV2):
         channel_name = params[2].decode("utf-8", "replace")
         if not is_valid_channel_name(channel_name):
             raise fatal("E_BAD_CHANNEL", f"SUB channel name {go_quote(channel_name)} is not valid")
-        if not self._check_auth(
-            "SUB", topic_name, channel_name, lambda: self._sub(params, body)
-        ):
+        if not self._check_auth("SUB", topic_name, channel_name, lambda: self._sub(params, body)):
             return
         nsqd = self.nsqd
         if nsqd.exiting:
@@ -556,7 +554,9 @@ class ProtocolV2(ClientV2):
         if delay > max_req:
             log.info(
                 "PROTOCOL(V2): [%s] REQ timeout %dms out of range 0-%dms. Setting to max",
-                self.remote_address, ms, int(max_req * 1000),
+                self.remote_address,
+                ms,
+                int(max_req * 1000),
             )
             delay = max_req
         ch = self.channel
@@ -626,18 +626,19 @@ class ProtocolV2(ClientV2):
         self._publish("E_MPUB_FAILED", "MPUB", params[1].decode("utf-8", "replace"), bodies, 0.0)
 
 
-
-ProtocolV2._handlers.update({
-    b"PUB": ProtocolV2._pub,
-    b"MPUB": ProtocolV2._mpub,
-    b"FIN": ProtocolV2._fin,
-    b"RDY": ProtocolV2._rdy,
-    b"REQ": ProtocolV2._req,
-    b"TOUCH": ProtocolV2._touch,
-    b"NOP": ProtocolV2._nop,
-    b"DPUB": ProtocolV2._dpub,
-    b"IDENTIFY": ProtocolV2._identify,
-    b"SUB": ProtocolV2._sub,
-    b"CLS": ProtocolV2._cls,
-    b"AUTH": ProtocolV2._auth,
-})
+ProtocolV2._handlers.update(
+    {
+        b"PUB": ProtocolV2._pub,
+        b"MPUB": ProtocolV2._mpub,
+        b"FIN": ProtocolV2._fin,
+        b"RDY": ProtocolV2._rdy,
+        b"REQ": ProtocolV2._req,
+        b"TOUCH": ProtocolV2._touch,
+        b"NOP": ProtocolV2._nop,
+        b"DPUB": ProtocolV2._dpub,
+        b"IDENTIFY": ProtocolV2._identify,
+        b"SUB": ProtocolV2._sub,
+        b"CLS": ProtocolV2._cls,
+        b"AUTH": ProtocolV2._auth,
+    }
+)

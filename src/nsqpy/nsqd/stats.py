@@ -158,7 +158,9 @@ def client_stats(client: Consumer, topic_filter: str = "") -> dict[str, Any]:
 
 
 def channel_stats(
-    channel: Channel, include_clients: bool = True, topic_filter: str = "",
+    channel: Channel,
+    include_clients: bool = True,
+    topic_filter: str = "",
     now_ns: int | None = None,
 ) -> dict[str, Any]:
     clients = channel.clients
@@ -173,18 +175,14 @@ def channel_stats(
         "timeout_count": channel.timeout_count,
         "client_count": len(clients),
         "clients": (
-            [client_stats(c, topic_filter) for c in list(clients.values())]
-            if include_clients
-            else None
+            [client_stats(c, topic_filter) for c in list(clients.values())] if include_clients else None
         ),
         "paused": channel.paused,
         "e2e_processing_latency": e2e_result(channel.e2e, now_ns),
     }
 
 
-def topic_stats(
-    topic: Topic, channels: list[dict[str, Any]], now_ns: int | None = None
-) -> dict[str, Any]:
+def topic_stats(topic: Topic, channels: list[dict[str, Any]], now_ns: int | None = None) -> dict[str, Any]:
     return {
         "topic_name": topic.name,
         "channels": channels,
@@ -195,9 +193,7 @@ def topic_stats(
         "paused": topic.paused,
         # Go aggregates all the topic's channels' streams (whatever the channel filter);
         # without any it is nil
-        "e2e_processing_latency": topic.e2e_processing_latency(
-            time.time_ns() if now_ns is None else now_ns
-        ),
+        "e2e_processing_latency": topic.e2e_processing_latency(time.time_ns() if now_ns is None else now_ns),
     }
 
 
@@ -228,11 +224,7 @@ def get_stats(
             chans = [c]
         else:
             chans = sorted(t.channels.values(), key=lambda c: c.name)
-        out.append(
-            topic_stats(
-                t, [channel_stats(c, include_clients, topic, now_ns) for c in chans], now_ns
-            )
-        )
+        out.append(topic_stats(t, [channel_stats(c, include_clients, topic, now_ns) for c in chans], now_ns))
     producers = None
     if include_clients:
         found = [client_stats(c, topic) for c in list(nsqd.clients.values()) if c.pub_counts]
@@ -274,10 +266,7 @@ def _client_line(s: dict[str, Any], now: float) -> str:
     if pcs:
         total = sum(p["count"] for p in pcs)
         topics = ",".join(f"{p['topic']}={p['count']}" for p in pcs)
-        return (
-            f"[{s['version']} {ident:<21}] msgs: {total:<8d} topics: {topics} "
-            f"connected: {connected}"
-        )
+        return f"[{s['version']} {ident:<21}] msgs: {total:<8d} topics: {topics} connected: {connected}"
     return (
         f"[{s['version']} {ident:<21}] state: {s['state']} inflt: {s['in_flight_count']:<4d} "
         f"rdy: {s['ready_count']:<4d} fin: {s['finish_count']:<8d} "
@@ -367,7 +356,7 @@ def _percentile(perc: float, arr: list[int]) -> int:
     n = len(arr)
     if n == 0:
         return 0
-    i = int(math.floor(perc / 100.0 * n + 0.5))
+    i = math.floor(perc / 100.0 * n + 0.5)
     return arr[min(i, n - 1)]
 
 
@@ -411,4 +400,3 @@ def mem_stats() -> dict[str, int]:
         "next_gc_bytes": 0,
         "gc_total_runs": sum(s.get("collections", 0) for s in gc.get_stats()),
     }
-

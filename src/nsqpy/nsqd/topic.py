@@ -42,19 +42,19 @@ class TopicExitingError(Exception):
 
 class Topic(Queued):
     __slots__ = (
-        "name",
-        "nsqd",
-        "ephemeral",
-        "channels",
-        "queue",
-        "paused",
-        "exiting",
-        "message_count",
-        "message_bytes",
-        "backend",
-        "_draining",
         "_drain_at",
         "_drain_done",
+        "_draining",
+        "backend",
+        "channels",
+        "ephemeral",
+        "exiting",
+        "message_bytes",
+        "message_count",
+        "name",
+        "nsqd",
+        "paused",
+        "queue",
         "starting",
     )
 
@@ -163,7 +163,10 @@ class Topic(Queued):
             except DiskQueueWriteError as e:
                 log.error(
                     "TOPIC(%s): CHANNEL(%s) kept %d message(s) in memory - %s",
-                    self.name, ch.name, len(part) - e.written, e,
+                    self.name,
+                    ch.name,
+                    len(part) - e.written,
+                    e,
                 )
                 ch.put_in_memory(part[e.written :])
 
@@ -172,20 +175,16 @@ class Topic(Queued):
         next; the chunk leaves the topic's DiskQueue only once every channel has it."""
         self._draining = False
         b = self.backend
-        if (
-            self.exiting
-            or self.paused
-            or self.starting
-            or not self.channels
-            or not b.depth
-        ):
+        if self.exiting or self.paused or self.starting or not self.channels or not b.depth:
             return
         try:
             b.read_into(DRAIN_CHUNK, self._move_chunk)
         except DiskQueueError as e:
             log.error(
                 "TOPIC(%s): failed to move messages to its channels - %s (retrying in %gs)",
-                self.name, e, DRAIN_RETRY,
+                self.name,
+                e,
+                DRAIN_RETRY,
             )
             self._draining = True
             self.nsqd.loop.call_later(DRAIN_RETRY, self._drain_backend)
@@ -205,11 +204,7 @@ class Topic(Queued):
         done = self._drain_done
         chans = list(self.channels.values())
         only = chans[0] if len(chans) == 1 else None
-        if (
-            only is not None
-            and only.backend.durable
-            and len(only.queue) >= self.nsqd.options.mem_queue_size
-        ):
+        if only is not None and only.backend.durable and len(only.queue) >= self.nsqd.options.mem_queue_size:
             # no need to decode what goes back to disk as is
             skip = done.get(only.name, 0)
             try:

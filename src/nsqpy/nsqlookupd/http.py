@@ -19,7 +19,6 @@ from typing import TYPE_CHECKING, Any
 from aiohttp import web
 
 from .. import NSQ_VERSION
-from ..pprof import Pprof
 from ..httpapi import (
     PLAIN,
     HTTPError,
@@ -30,6 +29,7 @@ from ..httpapi import (
     serve,
     topic_channel_args,
 )
+from ..pprof import Pprof
 from ..protocol.names import is_valid_topic_name
 
 if TYPE_CHECKING:
@@ -101,9 +101,7 @@ class HTTPServer:
 
     async def nodes(self, request: web.Request, params: Params) -> Any:
         opts = self.lookupd.options
-        nodes = self.db.nodes(
-            opts.inactive_producer_timeout, opts.tombstone_lifetime, self.lookupd.now_ns()
-        )
+        nodes = self.db.nodes(opts.inactive_producer_timeout, opts.tombstone_lifetime, self.lookupd.now_ns())
         return {"producers": nodes}
 
     async def debug(self, request: web.Request, params: Params) -> Any:

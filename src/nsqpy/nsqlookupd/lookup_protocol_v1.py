@@ -108,7 +108,10 @@ class LookupProtocolV1(asyncio.Protocol):
             for r in self.db.remove_peer(self.peer_info.id):
                 log.info(
                     "DB: client(%s) UNREGISTER category:%s key:%s subkey:%s",
-                    self.remote, r.category, r.key, r.subkey,
+                    self.remote,
+                    r.category,
+                    r.key,
+                    r.subkey,
                 )
 
     def close(self) -> None:
@@ -189,9 +192,7 @@ class LookupProtocolV1(asyncio.Protocol):
         peer = self.peer_info
         if peer is not None:
             now = self.lookupd.now_ns()
-            log.info(
-                "CLIENT(%s): pinged (last ping %s)", peer.id, format_duration_ns(now - peer.last_update)
-            )
+            log.info("CLIENT(%s): pinged (last ping %s)", peer.id, format_duration_ns(now - peer.last_update))
             peer.last_update = now
         return _OK
 
@@ -211,7 +212,11 @@ class LookupProtocolV1(asyncio.Protocol):
         peer = PeerInfo(id=self.remote, last_update=self.lookupd.now_ns(), **fields)
         log.info(
             "CLIENT(%s): IDENTIFY Address:%s TCP:%d HTTP:%d Version:%s",
-            self.remote, peer.broadcast_address, peer.tcp_port, peer.http_port, peer.version,
+            self.remote,
+            peer.broadcast_address,
+            peer.tcp_port,
+            peer.http_port,
+            peer.version,
         )
         self.peer_info = peer
         if self.db.identify(peer):
@@ -236,7 +241,10 @@ class LookupProtocolV1(asyncio.Protocol):
         for r in self.db.register(peer, topic, channel):
             log.info(
                 "DB: client(%s) REGISTER category:%s key:%s subkey:%s",
-                self.remote, r.category, r.key, r.subkey,
+                self.remote,
+                r.category,
+                r.key,
+                r.subkey,
             )
         return _OK
 
@@ -250,11 +258,17 @@ class LookupProtocolV1(asyncio.Protocol):
             if r in unexpected:
                 log.warning(
                     "client(%s) unexpected UNREGISTER category:%s key:%s subkey:%s",
-                    self.remote, r.category, r.key, r.subkey,
+                    self.remote,
+                    r.category,
+                    r.key,
+                    r.subkey,
                 )
             else:
                 log.info(
                     "DB: client(%s) UNREGISTER category:%s key:%s subkey:%s",
-                    self.remote, r.category, r.key, r.subkey,
+                    self.remote,
+                    r.category,
+                    r.key,
+                    r.subkey,
                 )
         return _OK

@@ -147,4 +147,3 @@ class NSQLookupd:
     def now_ns(self) -> int:
         """Wall-clock nanoseconds (what Go's ``time.Now().UnixNano()`` gives)."""
         return time.time_ns()
-

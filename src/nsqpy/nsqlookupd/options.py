@@ -69,10 +69,8 @@ FLAGS: Final[tuple[Flag, ...]] = (
     _f("tcp-address", STRING, "<addr>:<port> or unix socket path for nsqd registrations (TCP)"),
     _f("http-address", STRING, "<addr>:<port> or unix socket path for the HTTP API"),
     _f("broadcast-address", STRING, "address of this nsqlookupd (defaults to the hostname)"),
-    _f("inactive-producer-timeout", DURATION,
-       "how long a producer stays listed after its last ping"),
-    _f("tombstone-lifetime", DURATION,
-       "how long a tombstoned producer stays hidden while still registered"),
+    _f("inactive-producer-timeout", DURATION, "how long a producer stays listed after its last ping"),
+    _f("tombstone-lifetime", DURATION, "how long a tombstoned producer stays hidden while still registered"),
 )
 
 _FLAGSET: Final = FlagSet("nsqlookupd", FLAGS, Options)

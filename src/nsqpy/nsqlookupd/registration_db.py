@@ -336,9 +336,7 @@ class RegistrationDB:
                 n += 1
         return n
 
-    def nodes(
-        self, inactivity_timeout: float, tombstone_lifetime: float, now: int
-    ) -> list[dict[str, Any]]:
+    def nodes(self, inactivity_timeout: float, tombstone_lifetime: float, now: int) -> list[dict[str, Any]]:
         """``/nodes``: every active identified peer with its topics and, per topic, whether
         its producer is tombstoned (tombstoned peers are listed too)."""
         out = []

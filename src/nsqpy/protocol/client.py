@@ -74,7 +74,7 @@ class Ready:
     did not negotiate), ``auth`` the AUTH answer (identity, identity_url,
     permission_count) or None."""
 
-    __slots__ = ("settings", "auth")
+    __slots__ = ("auth", "settings")
 
     def __init__(self, settings: dict[str, Any], auth: dict[str, Any] | None) -> None:
         self.settings = settings
@@ -88,7 +88,7 @@ class Answer:
     """The answer to the command sent with ``token``: ``data`` or ``error`` (an error frame,
     fatal or not, that the server sent for it)."""
 
-    __slots__ = ("token", "data", "error")
+    __slots__ = ("data", "error", "token")
 
     def __init__(self, token: Any, data: bytes | None, error: ProtocolError | None) -> None:
         self.token = token
@@ -324,7 +324,7 @@ class ClientProtocol(Generic[M]):
                     raise HandshakeError(f"bad IDENTIFY response {payload[:100]!r}")
                 self.settings = settings
             self._after_identify()
-        elif step == _TLS_OK or step == _COMPRESSION_OK:
+        elif step in (_TLS_OK, _COMPRESSION_OK):
             if payload != b"OK":
                 raise HandshakeError(f"expected OK after the upgrade, got {payload[:100]!r}")
             if step == _TLS_OK:
@@ -349,9 +349,7 @@ class ClientProtocol(Generic[M]):
         if s.get("tls_v1"):
             assert self._tls_context is not None
             self._step = _TLS
-            self._push(
-                TLSLayer(self._tls_context, server_side=False, server_hostname=self._server_hostname)
-            )
+            self._push(TLSLayer(self._tls_context, server_side=False, server_hostname=self._server_hostname))
             return
         self._compression()
 

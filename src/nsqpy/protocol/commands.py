@@ -48,7 +48,7 @@ class LineTooLong(ProtocolError):
 class CommandParser:
     """Incremental parser: ``feed(data)`` then call ``next(validate)`` until it returns None."""
 
-    __slots__ = ("_buf", "_pos", "_pending_name", "_pending_params", "_pending_size")
+    __slots__ = ("_buf", "_pending_name", "_pending_params", "_pending_size", "_pos")
 
     def __init__(self) -> None:
         self._buf = bytearray()
@@ -150,9 +150,7 @@ class CommandParser:
         return n
 
 
-def fin_run_py(
-    buf: bytearray, pos: int, in_flight: dict[bytes, Any], owner: object
-) -> tuple[int, int]:
+def fin_run_py(buf: bytearray, pos: int, in_flight: dict[bytes, Any], owner: object) -> tuple[int, int]:
     """The reference of :meth:`CommandParser.apply_fins` on ``buf`` from ``pos``: (FINs
     applied, position after them). A line qualifies when the parser would read it as
     ``[b"FIN", id]`` with a 16-byte id whose message is in flight to ``owner``."""

@@ -222,9 +222,7 @@ def register(topic: str, channel: str = "") -> bytes:
 
 
 def unregister(topic: str, channel: str = "") -> bytes:
-    return (
-        f"UNREGISTER {topic} {channel}\n".encode() if channel else f"UNREGISTER {topic}\n".encode()
-    )
+    return f"UNREGISTER {topic} {channel}\n".encode() if channel else f"UNREGISTER {topic}\n".encode()
 
 
 def ping() -> bytes:

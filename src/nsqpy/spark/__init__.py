@@ -24,7 +24,7 @@ SOURCE_SCHEMA = (
 )
 SOURCE_COLUMNS = ("id", "timestamp", "attempts", "body", "topic", "channel", "nsqd_address")
 
-__all__ = ["SOURCE_SCHEMA", "SOURCE_COLUMNS", "NsqDataSource", "register"]
+__all__ = ["SOURCE_COLUMNS", "SOURCE_SCHEMA", "NsqDataSource", "register"]
 
 
 class NsqDataSource(DataSource):

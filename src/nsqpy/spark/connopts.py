@@ -51,9 +51,9 @@ from nsqpy.transport.tls import TLS_MIN_VERSIONS
 USER_AGENT = f"nsqpy-spark/{__version__}"
 
 __all__ = [
-    "ConnectionOptions",
     "GO_OPTIONS",
     "USER_AGENT",
+    "ConnectionOptions",
     "from_go_options",
 ]
 

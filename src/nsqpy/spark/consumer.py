@@ -71,7 +71,6 @@ FRESH_FRACTION = 0.5
 _FIN_FAILED_RE = re.compile(r"FIN (\S+) failed")
 
 
-
 class _ConstColumn:
     """A string column repeating one value; sliced (zero-copy) to each chunk's length."""
 
@@ -146,7 +145,7 @@ class Consumer(threading.Thread):
                     break
                 rt.fail(RuntimeError(f"nsq source: nsqd {self.tcp_address}: {exc}"))
                 break
-            except Exception as exc:
+            except Exception as exc:  # noqa: BLE001 - the thread logs it and reconnects, as go-nsq
                 if rt.stopping:
                     break
                 log.warning("nsq source: connection to nsqd %s failed: %s", self.tcp_address, exc)
@@ -226,11 +225,7 @@ class Consumer(threading.Thread):
             n = len(self._burst)
             if n:
                 now = time.monotonic()
-                if (
-                    data is None
-                    or n >= self._cut_rows()
-                    or now - self._first_at >= CUT_MAX_AGE_S
-                ):
+                if data is None or n >= self._cut_rows() or now - self._first_at >= CUT_MAX_AGE_S:
                     self._persist()
             elif rt.available_now and not self.drained and self.rdy > 0:
                 with rt.cond:
@@ -292,8 +287,11 @@ class Consumer(threading.Thread):
                 if event.token == _CLS:
                     self._cls_answer = event
                 else:
-                    log.warning("nsq source: nsqd %s: unexpected response %r", self.tcp_address,
-                                (event.data or b"")[:100])
+                    log.warning(
+                        "nsq source: nsqd %s: unexpected response %r",
+                        self.tcp_address,
+                        (event.data or b"")[:100],
+                    )
                 continue
             err = event.error
             if err.fatal:
@@ -319,8 +317,11 @@ class Consumer(threading.Thread):
         ids, tss, atts, bodies = burst.columns()
         again = self.rt.spool.redeliveries(self.tcp_address, ids, atts)
         if again:
-            log.info("nsq source: nsqd %s delivered %d message(s) already spooled again: "
-                     "FIN'd, not emitted twice", self.tcp_address, len(again))
+            log.info(
+                "nsq source: nsqd %s delivered %d message(s) already spooled again: FIN'd, not emitted twice",
+                self.tcp_address,
+                len(again),
+            )
             assert self.conn is not None
             dup = pa.array(again, pa.int64())
             dup_ids = ids.take(dup)
@@ -358,7 +359,10 @@ class Consumer(threading.Thread):
         if seq is None:
             log.warning(
                 "nsq source: nsqd %s: %d message(s) took longer than half their timeout "
-                "(%.0f s) to spool: requeued, not spooled", self.tcp_address, n, self.msg_timeout_s,
+                "(%.0f s) to spool: requeued, not spooled",
+                self.tcp_address,
+                n,
+                self.msg_timeout_s,
             )
             self.conn.send(req_command(ids))
             return
@@ -494,21 +498,29 @@ class Runtime:
         if found:
             if self.no_producer_warned:
                 self.no_producer_warned = False
-                log.warning("nsq source: nsqlookupd now knows %d producer(s) of topic %r: %s",
-                            len(found), self.opts.topic, ", ".join(sorted(found)))
+                log.warning(
+                    "nsq source: nsqlookupd now knows %d producer(s) of topic %r: %s",
+                    len(found),
+                    self.opts.topic,
+                    ", ".join(sorted(found)),
+                )
             return
         if self.no_producer_warned:
             return
         self.no_producer_warned = True
         lookupds = self.opts.lookupd_http_addresses
         then = (
-            "nothing to read" if self.available_now
+            "nothing to read"
+            if self.available_now
             else f"asking again every {self.opts.lookupd_poll_interval_ms / 1000:g}s"
         )
         log.warning(
             "nsq source: nsqlookupd %s know%s no producer of topic %r (%s): %s",
-            ", ".join(lookupds), "s" if len(lookupds) == 1 else "", self.opts.topic,
-            "; ".join(answers), then,
+            ", ".join(lookupds),
+            "s" if len(lookupds) == 1 else "",
+            self.opts.topic,
+            "; ".join(answers),
+            then,
         )
 
     def _discovery_loop(self) -> None:
@@ -516,7 +528,7 @@ class Runtime:
         while not self.stop_event.wait(interval * (1 + 0.25 * random.random())):
             try:
                 found = self.lookup()
-            except Exception as exc:  # keep polling whatever happened
+            except Exception as exc:  # noqa: BLE001 - logged; keep polling whatever happened
                 log.warning("nsq source: lookup failed: %s", exc)
                 continue
             if not found:

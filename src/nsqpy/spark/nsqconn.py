@@ -49,9 +49,7 @@ def http_get_json(
     url: str, timeout: float = 5.0, headers: Mapping[str, str] | None = None
 ) -> tuple[int, Any]:
     """``(status, decoded JSON or None)`` of one GET; HTTP error statuses are returned."""
-    req = urllib.request.Request(
-        url, headers=dict(headers or {"Accept": "application/vnd.nsq; version=1.0"})
-    )
+    req = urllib.request.Request(url, headers=dict(headers or {"Accept": "application/vnd.nsq; version=1.0"}))
     try:
         with urllib.request.urlopen(req, timeout=timeout) as resp:
             status, body = resp.status, resp.read()
@@ -244,4 +242,3 @@ class BlockingConnection:
                 self.sock.close()
             except OSError:
                 pass
-

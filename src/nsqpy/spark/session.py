@@ -70,7 +70,7 @@ def same_release_installed(zip_path: str, path: list[str] | None = None) -> bool
     spec = importlib.machinery.PathFinder.find_spec(pkg, search)
     if spec is None or not spec.submodule_search_locations:
         return False
-    pkg_dir = list(spec.submodule_search_locations)[0]
+    pkg_dir = next(iter(spec.submodule_search_locations))
     zipped = _zip_member(zip_path, f"{pkg}/version.py")
     return zipped is not None and zipped == _read(os.path.join(pkg_dir, "version.py"))
 
@@ -86,7 +86,7 @@ def _remove_stale(parent: str) -> None:
     except OSError:
         return
     for name in names:
-        pid = name[len(SHADOW_PREFIX):].split("-", 1)[0]
+        pid = name[len(SHADOW_PREFIX) :].split("-", 1)[0]
         if not name.startswith(SHADOW_PREFIX) or not pid.isdigit():
             continue
         path = os.path.join(parent, name)
@@ -247,12 +247,14 @@ def make_session(
     if loopback and (local or _on_loopback(master)):
         os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
         options.update({"spark.driver.bindAddress": "127.0.0.1", "spark.driver.host": "127.0.0.1"})
-    options.update({
-        "spark.ui.enabled": "false",
-        "spark.ui.showConsoleProgress": "false",
-        "spark.sql.shuffle.partitions": "4",
-        "spark.sql.session.timeZone": "UTC",
-    })
+    options.update(
+        {
+            "spark.ui.enabled": "false",
+            "spark.ui.showConsoleProgress": "false",
+            "spark.sql.shuffle.partitions": "4",
+            "spark.sql.session.timeZone": "UTC",
+        }
+    )
     options.update(conf or {})
     builder = SparkSession.builder
     for key, value in options.items():

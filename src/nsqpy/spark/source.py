@@ -242,9 +242,8 @@ def admit(start: int, chunks: list[Chunk], limit: ReadLimit) -> int:
         return end
     if isinstance(limit, ReadMaxFiles):
         return chunks[min(max(limit.max_files, 1), len(chunks)) - 1].seq
-    if isinstance(limit, ReadMinRows):
-        if sum(c.rows for c in chunks) < limit.min_rows:
-            return start
+    if isinstance(limit, ReadMinRows) and sum(c.rows for c in chunks) < limit.min_rows:
+        return start
     return chunks[-1].seq
 
 

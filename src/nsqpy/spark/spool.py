@@ -290,7 +290,8 @@ class Spool:
         with self.lock:
             recent = self._recent_ids(address)
             in_recent = (
-                pc.is_in(candidates, value_set=recent).to_pylist() if recent is not None
+                pc.is_in(candidates, value_set=recent).to_pylist()
+                if recent is not None
                 else [False] * len(rows)
             )
             pins = self.pinned.get(address, {})
@@ -362,8 +363,10 @@ class Spool:
         if table is not None:
             cutoff = now - PIN_TTL_S
             for addr, mid, at in zip(
-                table.column("nsqd_address").to_pylist(), table.column("id").to_pylist(),
-                table.column("pinned_at").to_pylist(), strict=True,
+                table.column("nsqd_address").to_pylist(),
+                table.column("id").to_pylist(),
+                table.column("pinned_at").to_pylist(),
+                strict=True,
             ):
                 if at is None or at >= cutoff:
                     self.pinned.setdefault(addr, {})[mid] = now if at is None else at
@@ -393,17 +396,23 @@ class Spool:
                     addrs.append(addr)
                     ids.append(mid)
                     ats.append(at)
-        parts = [pa.table([pa.array(addrs, pa.string()), pa.array(ids, pa.string()),
-                           pa.array(ats, pa.float64())], schema=LEDGER_SCHEMA)]
+        parts = [
+            pa.table(
+                [pa.array(addrs, pa.string()), pa.array(ids, pa.string()), pa.array(ats, pa.float64())],
+                schema=LEDGER_SCHEMA,
+            )
+        ]
         for addr in self.recent:
             recent = self._recent_ids(addr)
             if recent is None:
                 continue
             n = len(recent)
-            parts.append(pa.table(
-                [pa.array([addr] * n, pa.string()), recent, pa.nulls(n, pa.float64())],
-                schema=LEDGER_SCHEMA,
-            ))
+            parts.append(
+                pa.table(
+                    [pa.array([addr] * n, pa.string()), recent, pa.nulls(n, pa.float64())],
+                    schema=LEDGER_SCHEMA,
+                )
+            )
         sink = pa.BufferOutputStream()
         with pa.ipc.new_file(sink, LEDGER_SCHEMA) as writer:
             writer.write_table(pa.concat_tables(parts))

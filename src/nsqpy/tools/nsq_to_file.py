@@ -102,12 +102,18 @@ FLAGS: Final = (
     _f("output-dir", STRING, "directory to write output files to"),
     _f("work-dir", STRING, "directory for in-progress files before moving to output-dir"),
     _f("datetime-format", STRING, "strftime compatible format for <DATETIME> in filename format"),
-    _f("filename-format", STRING,
-       "output filename format (<TOPIC>, <HOST>, <PID>, <DATETIME>, <REV> are replaced. "
-       "<REV> is increased when file already exists)"),
-    _f("host-identifier", STRING,
-       "value to output in log filename in place of hostname. <SHORT_HOST> and <HOSTNAME> "
-       "are valid replacement tokens"),
+    _f(
+        "filename-format",
+        STRING,
+        "output filename format (<TOPIC>, <HOST>, <PID>, <DATETIME>, <REV> are replaced. "
+        "<REV> is increased when file already exists)",
+    ),
+    _f(
+        "host-identifier",
+        STRING,
+        "value to output in log filename in place of hostname. <SHORT_HOST> and <HOSTNAME> "
+        "are valid replacement tokens",
+    ),
     _f("gzip-level", INT, "gzip compression level (1-9, 1=BestSpeed, 9=BestCompression)"),
     _f("gzip", BOOL, "gzip output files."),
     _f("skip-empty-files", BOOL, "skip writing empty files"),
@@ -121,9 +127,12 @@ FLAGS: Final = (
     _f("nsqd-tcp-address", STRING_ARRAY, "nsqd TCP address (may be given multiple times)"),
     _f("lookupd-http-address", STRING_ARRAY, "lookupd HTTP address (may be given multiple times)"),
     _f("topic", STRING_ARRAY, "nsq topic (may be given multiple times)"),
-    _f("consumer-opt", GO_OPTIONS,
-       "option to passthrough to nsq.Consumer (may be given multiple times, "
-       "http://godoc.org/github.com/nsqio/go-nsq#Config)"),
+    _f(
+        "consumer-opt",
+        GO_OPTIONS,
+        "option to passthrough to nsq.Consumer (may be given multiple times, "
+        "http://godoc.org/github.com/nsqio/go-nsq#Config)",
+    ),
 )
 FLAGSET: Final = FlagSet(APP, FLAGS, Options)
 
@@ -137,7 +146,7 @@ def leftover_args(argv: Sequence[str]) -> list[str]:
         if len(word) < 2 or word[0] != "-":
             return list(argv[i:])
         if word == "--":
-            return list(argv[i + 1:])
+            return list(argv[i + 1 :])
         name = word.lstrip("-")
         i += 1
         if "=" in name:
@@ -154,11 +163,18 @@ def _explicit_max_attempts(items: Sequence[str]) -> bool:
 
 def file_options(opts: Options) -> FileOptions:
     return FileOptions(
-        channel=opts.channel, output_dir=opts.output_dir, work_dir=opts.work_dir,
-        datetime_format=opts.datetime_format, filename_format=opts.filename_format,
-        host_identifier=opts.host_identifier, gzip=opts.gzip, gzip_level=opts.gzip_level,
-        skip_empty_files=opts.skip_empty_files, rotate_size=opts.rotate_size,
-        rotate_interval=opts.rotate_interval, max_in_flight=opts.max_in_flight,
+        channel=opts.channel,
+        output_dir=opts.output_dir,
+        work_dir=opts.work_dir,
+        datetime_format=opts.datetime_format,
+        filename_format=opts.filename_format,
+        host_identifier=opts.host_identifier,
+        gzip=opts.gzip,
+        gzip_level=opts.gzip_level,
+        skip_empty_files=opts.skip_empty_files,
+        rotate_size=opts.rotate_size,
+        rotate_interval=opts.rotate_interval,
+        max_in_flight=opts.max_in_flight,
     )
 
 
@@ -170,9 +186,14 @@ class TopicLogger:
         self.opts = opts
         fopts = file_options(opts)
         max_attempts = None if _explicit_max_attempts(opts.consumer_opt) else 0
-        self.consumer = Consumer(topic, opts.channel, nsqd_tcp_addresses=opts.nsqd_tcp_address,
-                                 lookupd_http_addresses=opts.lookupd_http_address, config=cfg,
-                                 max_attempts=max_attempts)
+        self.consumer = Consumer(
+            topic,
+            opts.channel,
+            nsqd_tcp_addresses=opts.nsqd_tcp_address,
+            lookupd_http_addresses=opts.lookupd_http_address,
+            config=cfg,
+            max_attempts=max_attempts,
+        )
         self.logger = FileLogger(fopts, topic, compute_filename_format(fopts, topic), self.consumer)
         self._tasks: list[asyncio.Task[None]] = []
         self._ticker: asyncio.TimerHandle | None = None
@@ -204,7 +225,7 @@ class TopicLogger:
         at once when it cannot connect)."""
         try:
             await self.consumer.wait_connected(len(addresses), timeout)
-        except (asyncio.TimeoutError, NSQError):
+        except (TimeoutError, NSQError):
             missing = [a for a in addresses if a not in self.consumer.connections]
             errs = self.consumer.errors
             why = "; ".join(f"{a}: {errs[a]}" for a in missing if a in errs)
@@ -256,8 +277,9 @@ class Discoverer:
             await t.start()
         if self.opts.nsqd_tcp_address and new:
             timeout = self.cfg.dial_timeout + 2.0
-            errors = await asyncio.gather(*(t.wait_connected(self.opts.nsqd_tcp_address, timeout)
-                                            for t in new))
+            errors = await asyncio.gather(
+                *(t.wait_connected(self.opts.nsqd_tcp_address, timeout) for t in new)
+            )
             for t, err in zip(new, errors, strict=True):
                 if err is not None:
                     self.failed += 1
@@ -297,8 +319,9 @@ class Discoverer:
     async def watch(self, stop: asyncio.Event) -> None:
         """Refresh the topic list from nsqlookupd until ``stop``."""
         o = self.opts
-        timeout = aiohttp.ClientTimeout(total=o.http_client_request_timeout,
-                                        sock_connect=o.http_client_connect_timeout)
+        timeout = aiohttp.ClientTimeout(
+            total=o.http_client_request_timeout, sock_connect=o.http_client_connect_timeout
+        )
         async with aiohttp.ClientSession(timeout=timeout) as session:
             while not stop.is_set():
                 try:
@@ -311,7 +334,7 @@ class Discoverer:
                     break
                 try:
                     await asyncio.wait_for(stop.wait(), o.topic_refresh)
-                except asyncio.TimeoutError:
+                except TimeoutError:
                     pass
 
     def hup(self) -> None:
@@ -348,10 +371,15 @@ async def run(opts: Options, cfg: ConnectionConfig, pattern: re.Pattern[str] | N
         errors = sum(lg.errors for lg in loggers)
         if errors > before:
             code = 1
-        log.info("exiting: %d topics, %d messages written, %d requeued, %d files written, "
-                 "%d rotations, %d errors", len(loggers), sum(lg.messages_written for lg in loggers),
-                 sum(lg.messages_requeued for lg in loggers), sum(lg.files_written for lg in loggers),
-                 sum(lg.rotations for lg in loggers), errors)
+        log.info(
+            "exiting: %d topics, %d messages written, %d requeued, %d files written, %d rotations, %d errors",
+            len(loggers),
+            sum(lg.messages_written for lg in loggers),
+            sum(lg.messages_requeued for lg in loggers),
+            sum(lg.files_written for lg in loggers),
+            sum(lg.rotations for lg in loggers),
+            errors,
+        )
         for lg in loggers:
             for path in lg.unfinished_files:
                 log.warning("%s left unfinished: %s", lg.tag, path)

@@ -54,6 +54,6 @@ def main(argv: list[str] | None = None) -> int:
 
     try:
         return run(opts)
-    except Exception as exc:  # session start, source options…: one clear line, exit 1
+    except Exception as exc:  # noqa: BLE001 - session start, source options…: one line, exit 1
         print(f"{PROGRAM}: {short_error(exc)}", file=sys.stderr)
         return 1

@@ -203,58 +203,97 @@ _COMMON: Final[tuple[Flag, ...]] = (
     _f("version", BOOL, "print the version and exit"),
     _f("topic", STRING, "nsq topic to read (required)"),
     _f("channel", STRING, "nsq channel to read"),
-    Flag("lookupd-http-address", "lookupd_http_addresses", STRING_LIST,
-         "lookupd HTTP address (may be given multiple times)", None),
-    Flag("nsqd-tcp-address", "nsqd_tcp_addresses", STRING_LIST,
-         "nsqd TCP address (may be given multiple times)", None),
+    Flag(
+        "lookupd-http-address",
+        "lookupd_http_addresses",
+        STRING_LIST,
+        "lookupd HTTP address (may be given multiple times)",
+        None,
+    ),
+    Flag(
+        "nsqd-tcp-address",
+        "nsqd_tcp_addresses",
+        STRING_LIST,
+        "nsqd TCP address (may be given multiple times)",
+        None,
+    ),
     _f("max-in-flight", INT, "max number of messages to allow in flight (spread over the nsqd connections)"),
     _f("max-records-per-batch", INT, "max messages per micro-batch (0: the source's default)"),
     _f("msg-timeout", DURATION, "message timeout asked of nsqd (0: nsqd's default)"),
-    _f("checkpoint-dir", STRING,
-       "Spark checkpoint directory (default ./nsq_spark-checkpoint/<job>/<topic>/<channel>); "
-       "keep it across runs; on a cluster, on storage every executor and the driver reach"),
-    _f("spool-dir", STRING,
-       "directory for the source's message spool (default <checkpoint-dir>/spool); keep it "
-       "with the checkpoint; on a cluster, a path every executor sees (a shared mount)"),
+    _f(
+        "checkpoint-dir",
+        STRING,
+        "Spark checkpoint directory (default ./nsq_spark-checkpoint/<job>/<topic>/<channel>); "
+        "keep it across runs; on a cluster, on storage every executor and the driver reach",
+    ),
+    _f(
+        "spool-dir",
+        STRING,
+        "directory for the source's message spool (default <checkpoint-dir>/spool); keep it "
+        "with the checkpoint; on a cluster, a path every executor sees (a shared mount)",
+    ),
     _f("master", STRING, "Spark master URL (local[*], spark://host:7077, …)"),
-    Flag("spark-conf", "spark_conf", STRING_REPEAT,
-         "Spark setting as key=value (may be given multiple times)", None),
+    Flag(
+        "spark-conf",
+        "spark_conf",
+        STRING_REPEAT,
+        "Spark setting as key=value (may be given multiple times)",
+        None,
+    ),
     _f("available-now", BOOL, "bounded run: process what the topic holds now, then exit"),
-    _f("trigger-interval", DURATION,
-       "time between micro-batch starts in streaming mode (0: back to back)"),
-    Flag("consumer-opt", "consumer_opts", STRING_REPEAT,
-         "option to passthrough to the nsq source as name,value, with go-nsq's option names "
-         "(tls_v1, tls_root_ca_file, tls_cert, tls_key, tls_insecure_skip_verify, "
-         "tls_min_version, snappy, deflate, deflate_level, auth_secret, sample_rate, "
-         "heartbeat_interval, output_buffer_size, output_buffer_timeout, user_agent, "
-         "dial_timeout, max_in_flight, msg_timeout, lookupd_poll_interval; "
-         "may be given multiple times)", None),
+    _f("trigger-interval", DURATION, "time between micro-batch starts in streaming mode (0: back to back)"),
+    Flag(
+        "consumer-opt",
+        "consumer_opts",
+        STRING_REPEAT,
+        "option to passthrough to the nsq source as name,value, with go-nsq's option names "
+        "(tls_v1, tls_root_ca_file, tls_cert, tls_key, tls_insecure_skip_verify, "
+        "tls_min_version, snappy, deflate, deflate_level, auth_secret, sample_rate, "
+        "heartbeat_interval, output_buffer_size, output_buffer_timeout, user_agent, "
+        "dial_timeout, max_in_flight, msg_timeout, lookupd_poll_interval; "
+        "may be given multiple times)",
+        None,
+    ),
 )
 
 _REJECTS: Final = _f(
-    "reject-dir", STRING,
-    "where malformed messages go as Parquet (source columns + error; "
-    "default <checkpoint-dir>/rejects)",
+    "reject-dir",
+    STRING,
+    "where malformed messages go as Parquet (source columns + error; default <checkpoint-dir>/rejects)",
 )
 _DEST_ADDR: Final = Flag(
-    "destination-nsqd-tcp-address", "destination_nsqd_tcp_addresses", STRING_LIST,
-    "destination nsqd TCP address (may be given multiple times)", None,
+    "destination-nsqd-tcp-address",
+    "destination_nsqd_tcp_addresses",
+    STRING_LIST,
+    "destination nsqd TCP address (may be given multiple times)",
+    None,
 )
 _PRODUCER_OPT: Final = Flag(
-    "producer-opt", "producer_opts", STRING_REPEAT,
+    "producer-opt",
+    "producer_opts",
+    STRING_REPEAT,
     "option to passthrough to the nsq sink as name,value, with go-nsq's option names "
-    "(as --consumer-opt, less the consumer-only ones; may be given multiple times)", None,
+    "(as --consumer-opt, less the consumer-only ones; may be given multiple times)",
+    None,
 )
 
 _ARCHIVE_FLAGS: Final = (_f("output-dir", STRING, "Parquet output directory (required)"),)
 _AGGREGATE_FLAGS: Final = (
-    Flag("group-by", "group_by", STRING_LIST,
-         "top-level JSON fields to count by (comma separated or repeated)", None),
+    Flag(
+        "group-by",
+        "group_by",
+        STRING_LIST,
+        "top-level JSON fields to count by (comma separated or repeated)",
+        None,
+    ),
     _f("window", DURATION, "tumbling event-time window"),
     _f("watermark", DURATION, "how late an event may be (default: --window)"),
-    _f("time-field", STRING,
-       "JSON field holding the event time: an RFC 3339 string or epoch seconds or "
-       "milliseconds (default: the message timestamp)"),
+    _f(
+        "time-field",
+        STRING,
+        "JSON field holding the event time: an RFC 3339 string or epoch seconds or "
+        "milliseconds (default: the message timestamp)",
+    ),
     _f("output-dir", STRING, "Parquet output directory for closed windows"),
     _f("destination-topic", STRING, "topic to publish closed windows to, one JSON line each"),
     _DEST_ADDR,
@@ -265,10 +304,18 @@ _REPUBLISH_FLAGS: Final = (
     _f("destination-topic", STRING, "destination nsq topic (default: --topic)"),
     _DEST_ADDR,
     _f("require-json-field", STRING, "for JSON messages: only pass messages that contain this field"),
-    _f("require-json-value", STRING,
-       "for JSON messages: only pass messages in which the required field has this value"),
-    Flag("whitelist-json-field", "whitelist_json_fields", STRING_LIST,
-         "for JSON messages: pass this field (may be given multiple times)", None),
+    _f(
+        "require-json-value",
+        STRING,
+        "for JSON messages: only pass messages in which the required field has this value",
+    ),
+    Flag(
+        "whitelist-json-field",
+        "whitelist_json_fields",
+        STRING_LIST,
+        "for JSON messages: pass this field (may be given multiple times)",
+        None,
+    ),
     _PRODUCER_OPT,
     _REJECTS,
 )
@@ -422,6 +469,5 @@ def sink_options(opts: AggregateOptions | RepublishOptions) -> dict[str, str]:
     """Options of ``df.write.format("nsq")`` for the destination: ``--destination-topic``,
     ``--destination-nsqd-tcp-address`` and the ``--producer-opt`` items."""
     out = from_go_options(opts.producer_opts, consumer=False)
-    out.update(topic=opts.destination_topic,
-               nsqdTcpAddresses=",".join(opts.destination_nsqd_tcp_addresses))
+    out.update(topic=opts.destination_topic, nsqdTcpAddresses=",".join(opts.destination_nsqd_tcp_addresses))
     return out

@@ -142,8 +142,9 @@ def checkpoint_identity(opts: JobOptions) -> dict[str, Any]:
     cannot resume from it."""
     ident: dict[str, Any] = {"job": opts.job, "topic": opts.topic, "channel": opts.channel}
     if isinstance(opts, AggregateOptions):
-        ident.update(group_by=list(opts.group_by), window=format_duration(opts.window),
-                     time_field=opts.time_field)
+        ident.update(
+            group_by=list(opts.group_by), window=format_duration(opts.window), time_field=opts.time_field
+        )
     return ident
 
 

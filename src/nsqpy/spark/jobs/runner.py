@@ -58,7 +58,6 @@ __all__ = ["SESSION_CONF", "BatchGate", "Stop", "Totals", "build_query", "run", 
 log = logging.getLogger("nsq_spark")
 
 
-
 @dataclass(slots=True)
 class Totals:
     """Counts over the run, for the per-batch log and the summary line."""
@@ -99,7 +98,6 @@ class Totals:
             parts.append(f"late {self.late}")
         parts += [f"rejects {self.rejects}", f"batches {self.batches}"]
         return f"{PROGRAM} {job}: " + ", ".join(parts)
-
 
 
 def _publish(df: DataFrame, options: dict[str, str]) -> None:
@@ -324,7 +322,11 @@ def _aggregate(
 
 
 def build_query(
-    spark: SparkSession, opts: JobOptions, source: DataFrame, totals: Totals, files: BatchFiles,
+    spark: SparkSession,
+    opts: JobOptions,
+    source: DataFrame,
+    totals: Totals,
+    files: BatchFiles,
     gate: BatchGate | None = None,
 ) -> DataStreamWriter:
     """The streaming writer (not started) of ``opts``'s job over the ``source`` DataFrame;
@@ -401,7 +403,7 @@ def run(opts: JobOptions, stop: Stop | None = None) -> int:
             finally:
                 try:
                     spark.stop()
-                except Exception as exc:  # the JVM is gone (what failed the query, if any)
+                except Exception as exc:  # noqa: BLE001 - the JVM is gone (what failed the query, if any)
                     log.warning("stopping Spark: %s", short_error(exc))
     finally:
         stop_jvm()
@@ -413,7 +415,10 @@ def run(opts: JobOptions, stop: Stop | None = None) -> int:
 
 
 def run_query(
-    spark: SparkSession, opts: JobOptions, stop: Stop, totals: Totals | None = None,
+    spark: SparkSession,
+    opts: JobOptions,
+    stop: Stop,
+    totals: Totals | None = None,
     source: DataFrame | None = None,
 ) -> int:
     """Run the job on an existing session: print the summary line, or the cause on stderr;
@@ -471,7 +476,7 @@ def _await_query(
         try:
             if query.awaitTermination(0.5):  # type: ignore[arg-type]  # seconds, any number
                 break
-        except Exception as exc:  # StreamingQueryException and py4j errors
+        except Exception as exc:  # noqa: BLE001 - StreamingQueryException and py4j errors
             if not stop.requested:
                 return f"query failed: {short_error(exc)}"
             break
@@ -510,9 +515,7 @@ STOP_IDLE_S: Final = 0.2
 
 #: ``SomeError: message`` at the start of a line, also after py4j's ``: `` (the Java exception
 #: under "An error occurred while calling …") and Java's ``Caused by: ``.
-_CAUSE_RE: Final = re.compile(
-    r"^(?:: |Caused by: )?([A-Za-z_][\w.$]*(?:Error|Exception)): (.+)$", re.M
-)
+_CAUSE_RE: Final = re.compile(r"^(?:: |Caused by: )?([A-Za-z_][\w.$]*(?:Error|Exception)): (.+)$", re.M)
 _WRAPPERS: Final = ("PythonException", "Py4JException", "StreamingQueryException", "Py4JJavaError")
 
 

@@ -43,7 +43,6 @@ ERR_NOT_OBJECT: Final = "json is not an object"  # Go's filterMessage error
 EVENTS_METRIC: Final = "nsq_spark_events"
 
 
-
 def _json_object(body: Column) -> Column:
     """``map<string,variant>`` of a JSON object body; NULL for invalid JSON or a non-object.
 
