@@ -1,4 +1,5 @@
-"""The code stays ruff-clean and mypy --strict clean, all of src/nsqpy (config in pyproject)."""
+"""The code stays ruff-clean (the rule families chosen in pyproject), ruff-formatted, and
+mypy --strict clean, all of src/nsqpy (config in pyproject)."""
 
 import shutil
 import subprocess
@@ -25,6 +26,14 @@ def tool(name: str) -> str:
 def test_ruff_clean():
     res = subprocess.run(
         [tool("ruff"), "check", "src", "tests", "bench"], cwd=ROOT, capture_output=True, text=True
+    )
+    assert res.returncode == 0, res.stdout + res.stderr
+
+
+@pytest.mark.timeout(120)
+def test_ruff_format_applied():
+    res = subprocess.run(
+        [tool("ruff"), "format", "--check", "src", "tests", "bench"], cwd=ROOT, capture_output=True, text=True
     )
     assert res.returncode == 0, res.stdout + res.stderr
 
