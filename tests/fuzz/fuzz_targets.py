@@ -1089,3 +1089,9 @@ def cleanup() -> None:
     if _DQ_DIR is not None:
         shutil.rmtree(_DQ_DIR, ignore_errors=True)
         _DQ_DIR = None
+    import logging
+
+    # the targets silence the daemons' loggers: give them back to the tests that follow
+    # (tests/nsqd's read their log records)
+    for name in ("nsqd", "nsqlookupd"):
+        logging.getLogger(name).disabled = False
