@@ -233,18 +233,24 @@ def lowlevel(spec, out):
     out["fin_failed"] = err_info(err, cons)
 
     # stay connected past a few heartbeats on both connections, then one more message
-    hb = [0]
+    # (read in turns, one heartbeat of each at a time: a connection that answers none for two
+    # intervals is closed by nsqd, as by Go's, so neither may wait for two of the other's)
+    hbs = {"consumer": 0, "producer": 0}
 
-    def count_hb(f, d):
-        if f == nsq.FRAME_TYPE_RESPONSE and d == b"_heartbeat_":
-            hb[0] += 1
-        return hb[0] >= 2
+    def one_hb(who):
+        def seen(f, d):
+            if f == nsq.FRAME_TYPE_RESPONSE and d == b"_heartbeat_":
+                hbs[who] += 1
+                return True
+            return False
 
-    read_until(cons, count_hb, 6, log)  # read_response answers each heartbeat with NOP
-    out["consumer_heartbeats"] = hb[0]
-    hb[0] = 0
-    read_until(prod, count_hb, 6, log)
-    out["producer_heartbeats"] = hb[0]
+        return seen
+
+    for _ in range(2):
+        read_until(cons, one_hb("consumer"), 6, log)  # read_response answers it with NOP
+        read_until(prod, one_hb("producer"), 6, log)
+    out["consumer_heartbeats"] = hbs["consumer"]
+    out["producer_heartbeats"] = hbs["producer"]
     prod.publish(topic, b"after-heartbeats")
     out["late_pub"] = text(read_until(prod, is_reply, 5, log)[1])
     _frame, msg = read_until(cons, is_message, 5, log)
