@@ -10,6 +10,7 @@ files exactly once, and the channel is empty.
 
 from __future__ import annotations
 
+import hashlib
 import signal
 import threading
 import time
@@ -37,7 +38,9 @@ def nsqd_proc(tmp_path_factory):
 
 
 def body(i: int) -> bytes:
-    return b"m%05d-" % i + bytes(range(97, 123)) * 8  # 214 bytes, compressible a little
+    # 213 bytes, 128 of them hex digits of a hash: even gzipped, the rest of the 4000 lines
+    # (~80 bytes each) cannot all fit in the 32 KiB left free, so the writes do fail
+    return b"m%05d-" % i + hashlib.sha512(b"%d" % i).hexdigest().encode() + bytes(range(97, 123)) * 3
 
 
 def content(out: Path, gz: bool) -> list[bytes]:
