@@ -204,8 +204,14 @@ async def test_kill9_storm_in_strict_mode_loses_no_acknowledged_message(tmp_path
         f"kill -9 storm: {KILL_CYCLES} kills, {len(load.acked)} acknowledged; archive lost 0; live lost "
         f"{len(lost_live)} (in flight at {len(per_life)} of the kills)"
     )
-    over = {life: n for life, n in per_life.items() if n > load.rdy_of_life[life]}
-    assert not over, f"live: more lost in a life than its RDY could have in flight: {over} {load.rdy_of_life}"
+    # a kill loses what was in flight to the one live consumer of that life, at most its RDY;
+    # which life acknowledged a lost message says nothing (the consumer lags the publishers:
+    # a message acknowledged in one life may be in flight at a later kill), so the bound is
+    # on the total
+    assert len(lost_live) <= sum(load.rdy_of_life), (
+        f"live lost {len(lost_live)}, more than the {sum(load.rdy_of_life)} the kills could have had "
+        f"in flight (RDY of each life {load.rdy_of_life}; lost by acknowledging life {dict(per_life)})"
+    )
 
 
 async def test_sigterm_restarts_with_default_settings_lose_nothing(tmp_path):
