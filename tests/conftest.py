@@ -16,6 +16,7 @@ DIRECTORY_MARKERS = {
     "interop": "interop",
     "browser": "browser",
     "reliability": "reliability",
+    "fuzz": "fuzz",
 }
 
 _TESTS = Path(__file__).parent
