@@ -98,7 +98,7 @@ def test_gzip_member_framing(level, xfl):
 
 
 def test_go_paths():
-    assert go_join("/tmp/work/", "a//b/../c") == "/tmp/work/a/c"
+    assert go_join("/var/spool/archive/", "a//b/../c") == "/var/spool/archive/a/c"
     assert go_join("", "x") == "x"
     assert go_join("./w", "f") == "w/f"
     assert go_join() == ""
