@@ -10,7 +10,7 @@ import zlib
 
 import pytest
 
-from nsqpy.tools.nsq_to_file import leftover_args
+from nsqpy.tools.nsq_to_file import FLAGSET
 from nsqpy.tools.nsq_to_file_logger import FileOptions, GzipMember, compute_filename_format, go_clean, go_join
 from nsqpy.tools.nsq_to_file_strftime import go_strftime, strftime_to_go_layout
 
@@ -107,6 +107,9 @@ def test_go_paths():
 
 
 def test_leftover_args():
+    def leftover_args(argv: list[str]) -> list[str]:
+        return FLAGSET.parse_known(argv)[1]
+
     assert leftover_args(["--topic", "t", "--gzip", "extra", "x"]) == ["extra", "x"]
     assert leftover_args(["--topic=t", "-gzip", "--", "y"]) == ["y"]
     assert leftover_args(["--topic", "t"]) == []

@@ -27,6 +27,7 @@ __all__ = [
     "fatal",
     "first_of",
     "parse_flags",
+    "parse_flags_known",
     "run_main",
     "user_agent",
     "version_line",
@@ -85,9 +86,15 @@ def user_agent(app: str) -> str:
 def parse_flags(flags: FlagSet[T], argv: Sequence[str] | None) -> T | int:
     """Parse the command line (``sys.argv[1:]`` by default); an int is the exit code for
     ``-help`` (0) or a bad command line (2), already reported on stderr."""
+    parsed = parse_flags_known(flags, argv)
+    return parsed if isinstance(parsed, int) else parsed[0]
+
+
+def parse_flags_known(flags: FlagSet[T], argv: Sequence[str] | None) -> tuple[T, list[str]] | int:
+    """:func:`parse_flags`, and the words after the flags (Go's ``fs.Args()``)."""
     args = sys.argv[1:] if argv is None else list(argv)
     try:
-        return flags.parse(args)
+        return flags.parse_known(args)
     except HelpRequested as h:
         sys.stderr.write(h.usage)
         return 0

@@ -48,7 +48,7 @@ from .common import (
     STRING_ARRAY,
     client_config,
     fatal,
-    parse_flags,
+    parse_flags_known,
     run_main,
     version_line,
 )
@@ -135,26 +135,6 @@ FLAGS: Final = (
     ),
 )
 FLAGSET: Final = FlagSet(APP, FLAGS, Options)
-
-
-def leftover_args(argv: Sequence[str]) -> list[str]:
-    """What Go's ``fs.Args()`` holds after parsing: the words from the first non-flag on
-    (or after ``--``)."""
-    i = 0
-    while i < len(argv):
-        word = argv[i]
-        if len(word) < 2 or word[0] != "-":
-            return list(argv[i:])
-        if word == "--":
-            return list(argv[i + 1 :])
-        name = word.lstrip("-")
-        i += 1
-        if "=" in name:
-            continue
-        spec = FLAGSET.by_name.get(name)
-        if spec is not None and not spec.kind.boolean:
-            i += 1  # its value
-    return []
 
 
 def _explicit_max_attempts(items: Sequence[str]) -> bool:
@@ -388,10 +368,10 @@ async def run(opts: Options, cfg: ConnectionConfig, pattern: re.Pattern[str] | N
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = sys.argv[1:] if argv is None else list(argv)
-    opts = parse_flags(FLAGSET, args)
-    if isinstance(opts, int):
-        return opts
-    rest = leftover_args(args)
+    parsed = parse_flags_known(FLAGSET, args)
+    if isinstance(parsed, int):
+        return parsed
+    opts, rest = parsed
     if rest:
         setup_logging("", "info")
         return fatal(f"unknown arguments: [{' '.join(rest)}]")
