@@ -4,13 +4,20 @@ channel, FIN after writing, signals and bad command lines."""
 
 from __future__ import annotations
 
-import json
 import re
 import signal
 
 import pytest
-from e2e.proc import NsqdProcess, NsqlookupdProcess, nsqd_fixture
-from tools_helpers import ToolProcess, channels, free_port, publish_http, run_tool, wait_until
+from e2e.proc import nsqd_fixture
+from tools_helpers import (
+    ToolProcess,
+    channels,
+    free_port,
+    publish_http,
+    registered_topic,
+    run_tool,
+    wait_until,
+)
 
 from nsqpy.tools.nsq_tail import default_channel
 
@@ -103,28 +110,12 @@ def test_sigint_stops_cleanly(nsqd_proc, tmp_path):
 
 
 def test_lookupd_discovery(tmp_path):
-    lookupd = NsqlookupdProcess(tmp_path / "lookupd").start()
-    nsqd = None
-    try:
-        nsqd = NsqdProcess(
-            tmp_path / "nsqd", f"--lookupd-tcp-address={lookupd.tcp_address}", "--broadcast-address=127.0.0.1"
-        ).start()
-        publish_http(nsqd, "found", b"via lookupd")
-
-        def registered() -> bool:
-            status, body = lookupd.http_get("/lookup?topic=found")
-            return status == 200 and bool(json.loads(body)["producers"])
-
-        wait_until(registered, what="the topic in nsqlookupd")
+    with registered_topic(tmp_path, "found", b"via lookupd") as lookupd:
         res = run_tool(
             "nsq_tail", f"--lookupd-http-address={lookupd.http_address}", "--topic=found", "-n", "1"
         )
         assert res.returncode == 0, res.stderr
         assert res.stdout == b"via lookupd\n"
-    finally:
-        if nsqd is not None:
-            nsqd.stop()
-        lookupd.stop()
 
 
 def test_unreachable_nsqd_fails_clearly():

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
 import os
 import re
 import signal
@@ -21,8 +20,16 @@ from dataclasses import dataclass, field
 
 import pytest
 from aiohttp import web
-from e2e.proc import NsqdProcess, NsqlookupdProcess, nsqd_fixture
-from tools_helpers import ToolProcess, channels, free_port, publish_http, run_tool, wait_until
+from e2e.proc import NsqdProcess, nsqd_fixture
+from tools_helpers import (
+    ToolProcess,
+    channels,
+    free_port,
+    publish_http,
+    registered_topic,
+    run_tool,
+    wait_until,
+)
 
 pytestmark = pytest.mark.timeout(90)
 
@@ -735,19 +742,7 @@ def test_second_signal_requeues_the_requests_in_flight(nsqd_proc, http, tmp_path
 
 
 def test_lookupd_discovery(tmp_path, http):
-    lookupd = NsqlookupdProcess(tmp_path / "lookupd").start()
-    nsqd = None
-    try:
-        nsqd = NsqdProcess(
-            tmp_path / "nsqd", f"--lookupd-tcp-address={lookupd.tcp_address}", "--broadcast-address=127.0.0.1"
-        ).start()
-        publish_http(nsqd, "found", b"via lookupd")
-
-        def registered() -> bool:
-            status, body = lookupd.http_get("/lookup?topic=found")
-            return status == 200 and bool(json.loads(body)["producers"])
-
-        wait_until(registered, what="the topic in nsqlookupd")
+    with registered_topic(tmp_path, "found", b"via lookupd") as lookupd:
         with ToolProcess(
             "nsq_to_http",
             [
@@ -760,10 +755,6 @@ def test_lookupd_discovery(tmp_path, http):
             wait_until(lambda: http.seen("found"), what="the request", timeout=20)
             stop_ok(p)
         assert [s.body for s in http.seen("found")] == [b"via lookupd"]
-    finally:
-        if nsqd is not None:
-            nsqd.stop()
-        lookupd.stop()
 
 
 def test_unreachable_nsqd_fails_clearly():

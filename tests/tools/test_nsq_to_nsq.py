@@ -6,12 +6,11 @@ lines. Nothing sleeps to synchronise: every wait polls nsqd's /stats with a dead
 
 from __future__ import annotations
 
-import json
 import re
 import signal
 
 import pytest
-from e2e.proc import NsqdProcess, NsqlookupdProcess, nsqd_fixture, nsqd_process
+from e2e.proc import NsqdProcess, nsqd_fixture, nsqd_process
 from tools_helpers import (
     ToolProcess,
     channels,
@@ -19,6 +18,7 @@ from tools_helpers import (
     free_port,
     message_count,
     publish_http,
+    registered_topic,
     run_tool,
     stats,
     wait_until,
@@ -426,19 +426,7 @@ def test_consumer_and_producer_options_are_passed_through(src, dst, tmp_path):
 
 
 def test_lookupd_discovery(dst, tmp_path):
-    lookupd = NsqlookupdProcess(tmp_path / "lookupd").start()
-    nsqd = None
-    try:
-        nsqd = NsqdProcess(
-            tmp_path / "nsqd", f"--lookupd-tcp-address={lookupd.tcp_address}", "--broadcast-address=127.0.0.1"
-        ).start()
-        publish_http(nsqd, "found", b"via lookupd")
-
-        def registered() -> bool:
-            status, body = lookupd.http_get("/lookup?topic=found")
-            return status == 200 and bool(json.loads(body)["producers"])
-
-        wait_until(registered, what="the topic in nsqlookupd")
+    with registered_topic(tmp_path, "found", b"via lookupd") as lookupd:
         with ToolProcess(
             "nsq_to_nsq",
             [
@@ -452,10 +440,6 @@ def test_lookupd_discovery(dst, tmp_path):
             wait_until(lambda: message_count(dst, "found_out") == 1, what="the message")
             stop_ok(p)
         assert collect(dst, "found_out", 1) == [b"via lookupd"]
-    finally:
-        if nsqd is not None:
-            nsqd.stop()
-        lookupd.stop()
 
 
 def test_sigterm_waits_for_publishes_in_flight(src, dst, tmp_path):

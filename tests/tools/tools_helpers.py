@@ -7,13 +7,13 @@ import contextlib
 import json
 import os
 import signal
-import socket
 import subprocess
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
-from e2e.proc import NsqdProcess, script
+from e2e.proc import NsqdProcess, NsqlookupdProcess, script
+from support import free_port as free_port  # re-exported for the tool tests
 from support import read_bodies
 from support import wait_until as wait_until  # re-exported for the tool tests
 
@@ -132,14 +132,31 @@ def collect(
     return read_bodies(nsqd.tcp_address, topic, channel, n, timeout, max_in_flight=min(max(n, 1), 2500))
 
 
-def free_port() -> int:
-    """A TCP port nothing listens on (bound once, then released)."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 def publish_http(nsqd: NsqdProcess, topic: str, *bodies: bytes) -> None:
     for body in bodies:
         status, resp = nsqd.http_post(f"/pub?topic={topic}", body)
         assert status == 200, resp
+
+
+@contextlib.contextmanager
+def registered_topic(tmp_path: Path, topic: str, body: bytes) -> Iterator[NsqlookupdProcess]:
+    """An nsqlookupd and an nsqd registered with it whose ``topic`` holds ``body``, once the
+    lookupd lists the topic's producer; both stopped afterwards."""
+    lookupd = NsqlookupdProcess(tmp_path / "lookupd").start()
+    nsqd = None
+    try:
+        nsqd = NsqdProcess(
+            tmp_path / "nsqd", f"--lookupd-tcp-address={lookupd.tcp_address}", "--broadcast-address=127.0.0.1"
+        ).start()
+        publish_http(nsqd, topic, body)
+
+        def registered() -> bool:
+            status, doc = lookupd.http_get(f"/lookup?topic={topic}")
+            return status == 200 and bool(json.loads(doc)["producers"])
+
+        wait_until(registered, what="the topic in nsqlookupd")
+        yield lookupd
+    finally:
+        if nsqd is not None:
+            nsqd.stop()
+        lookupd.stop()
