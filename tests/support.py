@@ -365,3 +365,33 @@ class FakeNsqd:
         self.writer.close()
         with contextlib.suppress(ConnectionError, OSError):
             await self.writer.wait_closed()
+
+
+def load_hot(message_type: type | None = None) -> Any:
+    """The compiled hot paths (``nsqpy._speedups._hot``), whatever NSQPY_PURE_PYTHON says,
+    wired as :mod:`nsqpy._speedups` wires them (the layout of protocol/frames.py; nsqd's
+    Message class when given). Fails the test when the module is not built or is stale:
+    the dev setup always builds it (scripts/setup.sh)."""
+    import importlib
+
+    import pytest
+
+    from nsqpy import _speedups
+    from nsqpy.protocol.frames import (
+        MESSAGE_BODY_OFFSET,
+        MESSAGE_HEADER_SIZE,
+        MESSAGE_ID_OFFSET,
+        MSG_ID_LENGTH,
+    )
+
+    try:
+        hot = importlib.import_module("nsqpy._speedups._hot")
+    except ImportError as e:  # pragma: no cover - a broken dev setup
+        pytest.fail(f"nsqpy._speedups._hot is not built ({e}): run pip install -e . with a C compiler")
+    assert hot.API_VERSION == _speedups.API_VERSION, "a stale build of _hot: reinstall"
+    hot.set_layout(
+        MSG_ID_LENGTH, MESSAGE_HEADER_SIZE, FRAME_TYPE_MESSAGE, MESSAGE_ID_OFFSET, MESSAGE_BODY_OFFSET
+    )
+    if message_type is not None:
+        hot.set_message_type(message_type)
+    return hot

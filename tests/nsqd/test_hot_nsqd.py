@@ -7,7 +7,6 @@ runs once on each implementation: scripts/test.sh).
 """
 
 import gc
-import importlib
 import random
 import struct
 import time
@@ -16,8 +15,8 @@ from collections import deque
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
+from support import load_hot
 
-from nsqpy import _speedups
 from nsqpy.nsqd import guid as guid_mod
 from nsqpy.nsqd.channel import decode_records_py, encode_messages_py
 from nsqpy.nsqd.client_v2 import send_batch_py
@@ -26,31 +25,11 @@ from nsqpy.nsqd.guid import SEQUENCE_MASK, TWEPOCH, GUIDFactory, ids_from
 from nsqpy.nsqd.inflight import expire_front_py
 from nsqpy.nsqd.message import Message, copy_messages_py, new_messages_py
 from nsqpy.protocol.frames import (
-    FRAME_TYPE_MESSAGE,
-    MESSAGE_BODY_OFFSET,
-    MESSAGE_HEADER_SIZE,
-    MESSAGE_ID_OFFSET,
-    MSG_ID_LENGTH,
     FrameReader,
     encode_message_frame,
 )
 
-
-def load_hot():
-    try:
-        hot = importlib.import_module("nsqpy._speedups._hot")
-    except ImportError as e:  # pragma: no cover - a broken dev setup
-        pytest.fail(f"nsqpy._speedups._hot is not built ({e}): run pip install -e . with a C compiler")
-    assert hot.API_VERSION == _speedups.API_VERSION, "a stale build of _hot: reinstall"
-    # what nsqpy._speedups and nsqd.message do when the compiled paths are on
-    hot.set_layout(
-        MSG_ID_LENGTH, MESSAGE_HEADER_SIZE, FRAME_TYPE_MESSAGE, MESSAGE_ID_OFFSET, MESSAGE_BODY_OFFSET
-    )
-    hot.set_message_type(Message)
-    return hot
-
-
-hot = load_hot()
+hot = load_hot(Message)
 
 
 def fields(m: Message) -> tuple:

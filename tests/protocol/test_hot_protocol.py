@@ -6,39 +6,17 @@ These tests import the C module directly, whatever NSQPY_PURE_PYTHON says; they 
 is not built (the dev setup always builds it: scripts/setup.sh, pip install -e .).
 """
 
-import importlib
 import struct
 
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
+from support import load_hot
 
 from nsqpy import _speedups
 from nsqpy.protocol import commands
 from nsqpy.protocol.commands import CommandParser, decode_mpub_py, fin_run_py
 from nsqpy.protocol.errors import ProtocolError
-
-
-def load_hot():
-    try:
-        hot = importlib.import_module("nsqpy._speedups._hot")
-    except ImportError as e:  # pragma: no cover - a broken dev setup
-        pytest.fail(f"nsqpy._speedups._hot is not built ({e}): run pip install -e . with a C compiler")
-    assert hot.API_VERSION == _speedups.API_VERSION, "a stale build of _hot: reinstall"
-    # the layout comes from frames.py (what nsqpy._speedups does when it loads it)
-    from nsqpy.protocol.frames import (
-        FRAME_TYPE_MESSAGE,
-        MESSAGE_BODY_OFFSET,
-        MESSAGE_HEADER_SIZE,
-        MESSAGE_ID_OFFSET,
-        MSG_ID_LENGTH,
-    )
-
-    hot.set_layout(
-        MSG_ID_LENGTH, MESSAGE_HEADER_SIZE, FRAME_TYPE_MESSAGE, MESSAGE_ID_OFFSET, MESSAGE_BODY_OFFSET
-    )
-    return hot
-
 
 hot = load_hot()
 

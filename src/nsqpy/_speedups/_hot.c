@@ -17,6 +17,7 @@
  *   decode_records   nsqd/channel.py decode_records_py     DiskQueue records -> Messages
  *   frame_records    nsqd/diskqueue.py frame_records_py    records -> [len][record]...
  *   split_records    nsqd/diskqueue.py split_records_py    [len][record]... -> records
+ *   scan_frames      spark/burst.py scan_frames_py         nsqd's frame stream -> Arrow column buffers
  *
  * Fast paths validate and never explain: on input the reference would reject (or that
  * this code does not handle) they return None, and the caller runs the reference, which
@@ -34,7 +35,7 @@
 #endif
 
 /* bumped whenever a signature changes: the wiring refuses a stale build */
-#define HOT_API_VERSION 1
+#define HOT_API_VERSION 2
 
 /* --- the layout (protocol/frames.py) ----------------------------------------------------- */
 
@@ -1038,6 +1039,120 @@ split_records(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
     return Py_BuildValue("(nnLnO)", got, off, pos, need, Py_None);
 }
 
+/* --- scan_frames --------------------------------------------------------------------------- */
+
+PyDoc_STRVAR(scan_frames_doc,
+"scan_frames(data, max_size) -> (pos, runs, timestamps, attempts, others) | None\n\n"
+"Walk the complete server frames of data (bytes) from its start. runs: for each run of\n"
+"consecutive message frames, its int32 native offsets into data (every frame's start, then\n"
+"the run's end); timestamps: native int64 (ns) and attempts: native int32, one per message;\n"
+"others: [(frame type, payload)] of the other frames; pos: where the first incomplete frame\n"
+"starts. None if scan_frames_py would raise (a bad frame or message size).");
+
+static PyObject *
+scan_frames(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (nargs != 2 || !PyBytes_CheckExact(args[0])) {
+        PyErr_SetString(PyExc_TypeError, "scan_frames() takes bytes and an int");
+        return NULL;
+    }
+    PyObject *data = args[0];
+    long long max_size = PyLong_AsLongLong(args[1]);
+    if (max_size == -1 && PyErr_Occurred())
+        return NULL;
+    const unsigned char *buf = (const unsigned char *)PyBytes_AS_STRING(data);
+    Py_ssize_t end = PyBytes_GET_SIZE(data);
+    if (end > INT32_MAX) {
+        PyErr_SetString(PyExc_OverflowError, "scan_frames(): more than 2 GiB of data");
+        return NULL;
+    }
+    /* at most this many message frames fit in data */
+    Py_ssize_t cap = end / (4 + HEADER_SIZE) + 1;
+    PyObject *ts = PyBytes_FromStringAndSize(NULL, cap * 8);
+    PyObject *att = PyBytes_FromStringAndSize(NULL, cap * 4);
+    PyObject *runs = PyList_New(0);
+    PyObject *others = PyList_New(0);
+    int32_t *offs = PyMem_Malloc((size_t)(cap + 1) * sizeof(int32_t));
+    PyObject *result = NULL;
+    if (ts == NULL || att == NULL || runs == NULL || others == NULL || offs == NULL) {
+        if (offs == NULL)
+            PyErr_NoMemory();
+        goto done;
+    }
+    int64_t *tsw = (int64_t *)PyBytes_AS_STRING(ts);
+    int32_t *attw = (int32_t *)PyBytes_AS_STRING(att);
+    Py_ssize_t n = 0;       /* messages */
+    Py_ssize_t run = 0;     /* messages in the open run */
+    Py_ssize_t pos = 0;
+    int bad = 0;
+    for (;;) {
+        Py_ssize_t avail = end - pos;
+        if (avail < 8)
+            break;
+        uint32_t size = (uint32_t)get_i32(buf + pos);
+        int32_t ftype = get_i32(buf + pos + 4);
+        if (size < 4 || (long long)size > max_size) {
+            bad = 1;
+            break;
+        }
+        Py_ssize_t nxt = pos + 4 + (Py_ssize_t)size;
+        if (nxt > end)
+            break;
+        if (ftype == FRAME_MESSAGE) {
+            if ((Py_ssize_t)size < HEADER_SIZE) {
+                bad = 1;
+                break;
+            }
+            offs[run++] = (int32_t)pos;
+            tsw[n] = get_i64(buf + pos + 8);
+            attw[n] = (int32_t)(((uint32_t)buf[pos + 16] << 8) | buf[pos + 17]);
+            n++;
+        } else {
+            if (run) {
+                offs[run] = (int32_t)pos;
+                PyObject *r = PyBytes_FromStringAndSize((const char *)offs, (run + 1) * 4);
+                if (r == NULL || PyList_Append(runs, r) < 0) {
+                    Py_XDECREF(r);
+                    goto done;
+                }
+                Py_DECREF(r);
+                run = 0;
+            }
+            PyObject *o = Py_BuildValue("(iy#)", (int)ftype, (const char *)buf + pos + 8,
+                                        (Py_ssize_t)size - 4);
+            if (o == NULL || PyList_Append(others, o) < 0) {
+                Py_XDECREF(o);
+                goto done;
+            }
+            Py_DECREF(o);
+        }
+        pos = nxt;
+    }
+    if (bad) {
+        result = Py_NewRef(Py_None);
+        goto done;
+    }
+    if (run) {
+        offs[run] = (int32_t)pos;
+        PyObject *r = PyBytes_FromStringAndSize((const char *)offs, (run + 1) * 4);
+        if (r == NULL || PyList_Append(runs, r) < 0) {
+            Py_XDECREF(r);
+            goto done;
+        }
+        Py_DECREF(r);
+    }
+    if (_PyBytes_Resize(&ts, n * 8) < 0 || _PyBytes_Resize(&att, n * 4) < 0)
+        goto done;
+    result = Py_BuildValue("(nOOOO)", pos, runs, ts, att, others);
+done:
+    PyMem_Free(offs);
+    Py_XDECREF(ts);
+    Py_XDECREF(att);
+    Py_XDECREF(runs);
+    Py_XDECREF(others);
+    return result;
+}
+
 /* --- the module ---------------------------------------------------------------------------- */
 
 static PyMethodDef methods[] = {
@@ -1059,6 +1174,7 @@ static PyMethodDef methods[] = {
      frame_records_doc},
     {"split_records", (PyCFunction)(void (*)(void))split_records, METH_FASTCALL,
      split_records_doc},
+    {"scan_frames", (PyCFunction)(void (*)(void))scan_frames, METH_FASTCALL, scan_frames_doc},
     {NULL, NULL, 0, NULL},
 };
 

@@ -49,3 +49,6 @@ def split_records(
     out: list[bytes],
     /,
 ) -> tuple[int, int, int, int, int | None]: ...
+def scan_frames(
+    data: bytes, max_size: int, /
+) -> tuple[int, list[bytes], bytes, bytes, list[tuple[int, bytes]]] | None: ...

@@ -1,19 +1,25 @@
 """nsqd's frame stream → Arrow columns, for the source's hot path.
 
-The Python loop only walks the frame headers (one ``struct`` call per frame: size, type,
-timestamp, attempts); each run of consecutive message frames becomes one Arrow binary array
-over the received bytes without a copy (the frames are contiguous, so their start positions
-are the array's offsets), and ids and bodies are cut out of it by Arrow kernels. The FIN
-command for a whole chunk is built the same way.
+:func:`scan_frames` walks the frame headers (size, type, timestamp, attempts): compiled
+(``nsqpy._speedups``) when built, else :func:`scan_frames_py`, its pure-Python reference
+(one ``struct`` call per frame). Each run of consecutive message frames becomes one Arrow
+binary array over the received bytes without a copy (the frames are contiguous, so their
+start positions are the array's offsets), and ids and bodies are cut out of it by Arrow
+kernels; timestamps and attempts arrive as native integer buffers. The FIN command for a
+whole chunk is built the same way.
 """
 
 from __future__ import annotations
 
 import struct
+from array import array
+from collections.abc import Callable
+from typing import Any
 
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from nsqpy._speedups import compiled
 from nsqpy.protocol.frames import FRAME_TYPE_MESSAGE, MESSAGE_HEADER_SIZE, MSG_ID_LENGTH, FrameReader
 
 _HEADER = struct.Struct(">IiqH")  # size, frame type, timestamp (ns), attempts
@@ -29,20 +35,31 @@ class Burst:
 
     def __init__(self) -> None:
         self.runs: list[pa.Array] = []  # whole message frames, binary
-        self.timestamps: list[int] = []
-        self.attempts: list[int] = []
+        #: native int64 timestamps (ns) and int32 attempts, one buffer per feed
+        self.ts_parts: list[Any] = []
+        self.att_parts: list[Any] = []
+        self.n = 0
 
     def __len__(self) -> int:
-        return len(self.timestamps)
+        return self.n
 
     def columns(self) -> tuple[pa.Array, pa.Array, pa.Array, pa.Array]:
         """``(id string, timestamp us UTC, attempts int32, body binary)`` of the messages."""
         frames = self.runs[0] if len(self.runs) == 1 else pa.concat_arrays(self.runs)
         ids = pc.binary_slice(frames, ID_AT, BODY_AT).cast(pa.string())
         bodies = pc.binary_slice(frames, BODY_AT, _END)
-        ts = pa.array(self.timestamps, pa.timestamp("ns", tz="UTC"))
-        ts = ts.cast(pa.timestamp("us", tz="UTC"), safe=False)
-        return ids, ts, pa.array(self.attempts, pa.int32()), bodies
+        ts = pa.Array.from_buffers(_TS_NS, self.n, [None, _joined(self.ts_parts)])
+        ts = ts.cast(_TS_US, safe=False)
+        attempts = pa.Array.from_buffers(pa.int32(), self.n, [None, _joined(self.att_parts)])
+        return ids, ts, attempts, bodies
+
+
+_TS_NS = pa.timestamp("ns", tz="UTC")
+_TS_US = pa.timestamp("us", tz="UTC")
+
+
+def _joined(parts: list[Any]) -> pa.Buffer:
+    return pa.py_buffer(parts[0] if len(parts) == 1 else b"".join(parts))
 
 
 # Arrow scalars made once: a Python bytes argument is converted on every call, and that
@@ -91,49 +108,80 @@ class BurstReader:
         data = self._pending.take(data)
         if not data:
             return []
-        unpack_header = _HEADER.unpack_from
-        unpack_frame = _FRAME.unpack_from
         max_size = self._pending.max_frame_size
-        ts_append = burst.timestamps.append
-        att_append = burst.attempts.append
-        others: list[tuple[int, bytes]] = []
-        starts: list[int] = []
-        pos = 0
-        end = len(data)
-        while True:
-            avail = end - pos
-            if avail >= 18:
-                size, ftype, ts, attempts = unpack_header(data, pos)
-            elif avail >= 8:
-                size, ftype = unpack_frame(data, pos)
-            else:
-                break
-            if size < 4 or size > max_size:
-                raise ValueError(f"invalid frame size {size}")
-            nxt = pos + 4 + size
-            if nxt > end:
-                break
-            if ftype == FRAME_TYPE_MESSAGE:
-                if size < MESSAGE_HEADER_SIZE:
-                    raise ValueError(f"invalid message buffer size ({size - 4})")
-                starts.append(pos)
-                ts_append(ts)
-                att_append(attempts)
-            else:
-                if starts:
-                    burst.runs.append(_frames_array(data, starts, pos))
-                    starts = []
-                others.append((ftype, data[pos + 8 : nxt]))
-            pos = nxt
-        if starts:
-            burst.runs.append(_frames_array(data, starts, pos))
+        scanned = scan_frames(data, max_size)
+        if scanned is None:  # the compiled scan found a bad frame: the reference says which
+            scanned = scan_frames_py(data, max_size)
+        pos, runs, ts, attempts, others = scanned
+        if runs:
+            buf = pa.py_buffer(data)
+            for offsets in runs:
+                n = len(offsets) // 4 - 1
+                burst.runs.append(pa.Array.from_buffers(pa.binary(), n, [None, pa.py_buffer(offsets), buf]))
+            burst.ts_parts.append(ts)
+            burst.att_parts.append(attempts)
+            burst.n += len(attempts) // 4
         self._pending.keep(data, pos)
         return others
 
 
-def _frames_array(data: bytes, starts: list[int], end: int) -> pa.Array:
-    """The contiguous frames beginning at ``starts`` (the last one ending at ``end``) as a
-    binary array over ``data`` itself."""
-    starts.append(end)
-    offsets = pa.array(starts, pa.int32()).buffers()[1]
-    return pa.Array.from_buffers(pa.binary(), len(starts) - 1, [None, offsets, pa.py_buffer(data)])
+Scanned = tuple[int, list[bytes], bytes, bytes, list[tuple[int, bytes]]]
+
+
+def scan_frames_py(data: bytes, max_size: int) -> Scanned:
+    """``(pos, runs, timestamps, attempts, others)`` of the complete frames in ``data``: per
+    run of consecutive message frames, its int32 offsets into ``data`` (each frame's start,
+    then the run's end); native int64 timestamps (ns) and int32 attempts per message; the
+    other frames as ``(type, payload)``; ``pos``: where the first incomplete frame starts.
+    Raises ValueError on a bad frame or message size. The reference of the compiled
+    ``scan_frames``."""
+    unpack_header = _HEADER.unpack_from
+    unpack_frame = _FRAME.unpack_from
+    runs: list[bytes] = []
+    ts_out = array("q")
+    att_out = array("i")
+    ts_append = ts_out.append
+    att_append = att_out.append
+    others: list[tuple[int, bytes]] = []
+    starts = array("i")
+    pos = 0
+    end = len(data)
+    while True:
+        avail = end - pos
+        if avail >= 18:
+            size, ftype, ts, attempts = unpack_header(data, pos)
+        elif avail >= 8:
+            size, ftype = unpack_frame(data, pos)
+        else:
+            break
+        if size < 4 or size > max_size:
+            raise ValueError(f"invalid frame size {size}")
+        nxt = pos + 4 + size
+        if nxt > end:
+            break
+        if ftype == FRAME_TYPE_MESSAGE:
+            if size < MESSAGE_HEADER_SIZE:
+                raise ValueError(f"invalid message buffer size ({size - 4})")
+            starts.append(pos)
+            ts_append(ts)
+            att_append(attempts)
+        else:
+            if starts:
+                starts.append(pos)
+                runs.append(starts.tobytes())
+                starts = array("i")
+            others.append((ftype, data[pos + 8 : nxt]))
+        pos = nxt
+    if starts:
+        starts.append(pos)
+        runs.append(starts.tobytes())
+    return pos, runs, ts_out.tobytes(), att_out.tobytes(), others
+
+
+#: The compiled scan when built (it returns None on a bad frame, and
+#: :func:`scan_frames_py` then raises the error), else the reference.
+scan_frames: Callable[[bytes, int], Scanned | None] = scan_frames_py
+if compiled:
+    from nsqpy._speedups import _hot
+
+    scan_frames = _hot.scan_frames
