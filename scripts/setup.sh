@@ -22,3 +22,7 @@ if [ "$(cat "$stamp" 2>/dev/null)" != "$want" ] || [ -n "$stale" ]; then
   .venv/bin/python -m pip install --quiet --disable-pip-version-check -e '.[dev,spark]'
   echo "$want" > "$stamp"
 fi
+# the package's bytecode, written now: an environment with PYTHONDONTWRITEBYTECODE set would
+# otherwise compile every module again in each process that imports it (Spark starts several
+# Python processes per query)
+.venv/bin/python -m compileall -q src/nsqpy > /dev/null

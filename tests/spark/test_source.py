@@ -555,3 +555,24 @@ def test_a_burst_older_than_half_its_timeout_is_requeued_not_spooled(
         assert {r["attempts"] for r in rows} == {2} and fresh["calls"] >= 2
     finally:
         rt.stop()
+
+
+def test_a_daemon_forked_read_worker_freezes_its_heap_once(monkeypatch: pytest.MonkeyPatch) -> None:
+    """pyspark's daemon collects garbage after every task: in its forks the first read
+    freezes the imports' objects (once per process); elsewhere nothing is frozen."""
+    from nsqpy.spark import source
+
+    calls: list[int] = []
+    monkeypatch.setattr(source.gc, "freeze", lambda: calls.append(os.getpid()))
+    monkeypatch.setattr(source, "_frozen_pid", 0)
+    monkeypatch.setattr(source.sys, "argv", ["/usr/bin/python", "-m", "pytest"])
+    source._freeze_worker_heap()
+    assert calls == []
+    daemon = os.path.join("/venv/lib/python3.11/site-packages", "pyspark", "daemon.py")
+    monkeypatch.setattr(source.sys, "argv", [daemon, "pyspark.worker"])
+    source._freeze_worker_heap()
+    source._freeze_worker_heap()
+    assert calls == [os.getpid()]
+    monkeypatch.setattr(source, "_frozen_pid", os.getpid() + 1)  # as after a fork
+    source._freeze_worker_heap()
+    assert calls == [os.getpid(), os.getpid()]

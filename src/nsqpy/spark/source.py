@@ -50,7 +50,9 @@ it plans batch N+1, which needs new data.)
 
 from __future__ import annotations
 
+import gc
 import os
+import sys
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
@@ -227,6 +229,25 @@ def read_partition(paths: tuple[str, ...], target_rows: int = 16_384) -> Iterato
         yield pa.concat_batches(pending) if len(pending) > 1 else pending[0]
 
 
+#: The process whose heap :func:`_freeze_worker_heap` froze (0: none yet).
+_frozen_pid = 0
+
+
+def _freeze_worker_heap() -> None:
+    """In a fork of Spark's Python worker daemon (``pyspark/daemon.py``, which runs
+    ``gc.collect()`` after every task): move every object alive now (the imports: pyspark,
+    pyarrow, this package) out of the collector's sight, once per process. Each collection
+    then walks only the objects the tasks made since, instead of ~40,000 objects whose pages
+    it also un-shares from the daemon (copy-on-write): measured ~16 ms of CPU per task on the
+    2-core bench machine, a third of the read workers' CPU. What is frozen stays alive, as
+    imported modules do anyway (CPython's ``gc.freeze`` for forked servers)."""
+    global _frozen_pid
+    pid = os.getpid()
+    if _frozen_pid != pid and sys.argv and sys.argv[0].endswith(os.path.join("pyspark", "daemon.py")):
+        _frozen_pid = pid
+        gc.freeze()
+
+
 def admit(start: int, chunks: list[Chunk], limit: ReadLimit) -> int:
     """The end offset for ``chunks`` (in order, all after the start) under ``limit``:
     at least one chunk, whole chunks only."""
@@ -316,6 +337,7 @@ class NsqStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         return plan_partitions(chunks, self.opts.num_partitions)
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
+        _freeze_worker_heap()
         return read_partition(partition.value)
 
     def commit(self, end: dict[str, Any]) -> None:
