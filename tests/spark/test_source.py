@@ -504,16 +504,16 @@ def test_a_message_that_timed_out_while_spooled_is_not_spooled_twice(
     from nsqpy.spark import spool as spool_mod
 
     publish(nsqd_server, unique_topic, [b"slow-%d" % i for i in range(5)])
-    real_write = spool_mod.Spool.write
+    real_append = spool_mod.Spool.append
     slow = {"left": 1}
 
-    def write(self: Any, batch: Any, address: Any = None, valid: Any = None) -> Any:
+    def append(self: Any, oc: Any, batch: Any, valid: Any = None) -> Any:
         if slow["left"]:
             slow["left"] -= 1
             time.sleep(1.6)  # beyond the 1 s timeout; the freshness check is off below
-        return real_write(self, batch, address, valid)
+        return real_append(self, oc, batch, valid)
 
-    monkeypatch.setattr(spool_mod.Spool, "write", write)
+    monkeypatch.setattr(spool_mod.Spool, "append", append)
     monkeypatch.setattr(consumer, "FRESH_FRACTION", 10.0)
     rt = _runtime(unique_topic, nsqd_server, tmp_path / "spool", msgTimeoutMs="1000")
     try:

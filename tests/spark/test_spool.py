@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
+import os
 import time
 from pathlib import Path
 
 import pyarrow as pa
+import pytest
 
 from nsqpy.spark import spool as spool_mod
-from nsqpy.spark.spool import ARROW_SCHEMA, LEDGER, Spool, list_chunks
+from nsqpy.spark.spool import ARROW_SCHEMA, LEDGER, Spool, list_chunks, read_chunk
 
 
 def _batch(ids: list[int], addr: str = "h:1") -> pa.RecordBatch:
@@ -90,3 +92,82 @@ def test_a_chunk_that_is_no_longer_valid_is_not_written(tmp_path: Path) -> None:
     assert list_chunks(str(tmp_path / "s")) == [] and sp.last_seq == 0
     assert [p.name for p in (tmp_path / "s").iterdir()] == []
     assert _again(sp, [1], [2]) == []
+
+
+def _rows(path: str) -> list[str]:
+    return [i for c in list_chunks(path) for b in read_chunk(c.path) for i in b.column(0).to_pylist()]
+
+
+def test_bursts_appended_to_an_open_chunk_become_one_chunk_when_sealed(tmp_path: Path) -> None:
+    path = str(tmp_path / "s")
+    sp = Spool(path)
+    oc = sp.open_chunk("h:1")
+    assert sp.append(oc, _batch([1, 2])) and sp.append(oc, _batch([3]))
+    # not visible to Spark before it is sealed, but counted for backpressure and redeliveries
+    assert list_chunks(path) == [] and sp.rows_after(0) == 3
+    assert _again(sp, [2], [2]) == [0]
+    # a block that is no longer valid once on disk is cut off again
+    assert not sp.append(oc, _batch([4]), valid=lambda: False)
+    assert _again(sp, [4], [2]) == []
+    assert sp.seal(oc) == 1 and sp.rows_after(0) == 3
+    assert [(c.seq, c.rows) for c in list_chunks(path)] == [(1, 3)]
+    assert _rows(path) == ["%016x" % i for i in (1, 2, 3)]
+    assert [p.name for p in (tmp_path / "s").iterdir()] == [spool_mod.chunk_name(1, 3)]
+    # an open chunk nothing was appended to leaves nothing behind
+    assert sp.seal(sp.open_chunk("h:1")) is None
+    assert [p.name for p in (tmp_path / "s").iterdir()] == [spool_mod.chunk_name(1, 3)]
+
+
+def test_a_restart_seals_the_open_chunks_a_crash_left(tmp_path: Path) -> None:
+    """What was appended may have been FIN'd: the intact blocks become a chunk (a torn or
+    corrupt block and what follows it are cut off: those messages were never FIN'd), and
+    their ids are remembered as ids nsqd may deliver again."""
+    path = str(tmp_path / "s")
+    sp = Spool(path)
+    sp.write(_batch([1]))
+    torn = sp.open_chunk("h:1")
+    sp.append(torn, _batch([2, 3]))
+    sp.append(torn, _batch([4]))
+    header, payload = spool_mod.encode_block(_batch([5, 6]))
+    os.write(torn.fd, header + payload.to_pybytes()[:-10])  # killed in the middle of a write
+    corrupt = sp.open_chunk("h:1")
+    sp.append(corrupt, _batch([7]))
+    sp.append(corrupt, _batch([8]))
+    empty = sp.open_chunk("h:1")
+    for oc in (torn, corrupt, empty):
+        oc.close()  # kill -9: nothing sealed
+    with open(corrupt.path, "r+b") as f:  # the second block damaged on disk
+        f.seek(-5, os.SEEK_END)
+        f.write(b"xxxxx")
+    sp = Spool(path)
+    assert sorted(_rows(path)) == ["%016x" % i for i in (1, 2, 3, 4, 7)]
+    assert [c.seq for c in list_chunks(path)] == [1, 2, 3] and sp.last_seq == 3
+    assert not [p for p in (tmp_path / "s").iterdir() if p.name.startswith(spool_mod.OPEN_PREFIX)]
+    assert _again(sp, [2, 4, 5, 7, 8], [2, 2, 2, 2, 2]) == [0, 1, 3]
+    # the sealed files read whole
+    assert sum(c.rows for c in list_chunks(path)) == 5
+
+
+def test_a_damaged_chunk_file_fails_its_read(tmp_path: Path) -> None:
+    sp = Spool(str(tmp_path / "s"))
+    sp.write(_batch([1, 2]))
+    (chunk,) = list_chunks(str(tmp_path / "s"))
+    with open(chunk.path, "ab") as f:
+        f.write(b"trailing garbage")
+    with pytest.raises(ValueError, match="damaged"):
+        list(read_chunk(chunk.path))
+
+
+def test_chunk_files_of_the_first_spool_format_are_adopted_and_read(tmp_path: Path) -> None:
+    """Spools written before open chunks (one Arrow IPC file per chunk, ``.arrow``)."""
+    path = tmp_path / "s"
+    path.mkdir()
+    with (
+        pa.OSFile(str(path / "chunk-00000000000000000007-2.arrow"), "wb") as f,
+        pa.ipc.new_file(f, ARROW_SCHEMA) as w,
+    ):
+        w.write_batch(_batch([1, 2]))
+    sp = Spool(str(path))
+    assert sp.last_seq == 7 and _rows(str(path)) == ["%016x" % 1, "%016x" % 2]
+    assert sp.write(_batch([3])) == 8
+    assert sp.delete_upto(8) == 2 and list_chunks(str(path)) == []

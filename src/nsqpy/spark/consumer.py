@@ -27,7 +27,7 @@ from nsqpy.transport import TransportError
 from .burst import Burst, BurstReader, fin_command, req_command
 from .nsqconn import BlockingConnection, http_get_json, stats_url
 from .source import KEEP_WINDOWS, SourceOptions, admit
-from .spool import ARROW_SCHEMA, Chunk, Spool
+from .spool import ARROW_SCHEMA, Chunk, OpenChunk, Spool
 
 __all__ = ["Consumer", "Runtime"]
 
@@ -39,6 +39,11 @@ CUT_RDY_FRACTION = 0.5
 CUT_MAX_ROWS = 10_000
 CUT_IDLE_S = 0.02
 CUT_MAX_AGE_S = 0.2
+#: A connection's open chunk (the bursts it appended, see :mod:`.spool`) is sealed, and
+#: becomes visible to Spark, at SEAL_MAX_ROWS rows (at most maxRecordsPerBatch), when it is
+#: SEAL_MAX_AGE_S old, when nothing arrived for CUT_IDLE_S, or when the connection ends.
+SEAL_MAX_ROWS = 25_000
+SEAL_MAX_AGE_S = 0.2
 #: How long latestOffset waits for a first chunk before answering "no new data".
 LATEST_WAIT_S = 0.1
 #: A batch being filled (batchFillWaitMs) is closed when no chunk came for this long.
@@ -115,6 +120,8 @@ class Consumer(threading.Thread):
         self._channel_col = _ConstColumn(rt.opts.channel)
         self._addr_col = _ConstColumn(tcp_address)
         self.persisted = 0
+        #: the chunk this connection's bursts are appended to (None until the next burst)
+        self._open: OpenChunk | None = None
         self.last_error = ""
         #: the answer to CLS, once it came
         self._cls_answer: Answer | None = None
@@ -160,6 +167,8 @@ class Consumer(threading.Thread):
                 if self._cls_answer is None:
                     # not closed cleanly: what this connection spooled may come again
                     rt.spool.connection_ended(self.tcp_address)
+                # what was appended may have been FIN'd: it must become a chunk
+                self._seal()
             if rt.stopping:
                 break
             if rt.available_now:
@@ -227,10 +236,15 @@ class Consumer(threading.Thread):
                 now = time.monotonic()
                 if data is None or n >= self._cut_rows() or now - self._first_at >= CUT_MAX_AGE_S:
                     self._persist()
-            elif rt.available_now and not self.drained and self.rdy > 0:
+            if self._open is not None and (
+                data is None or time.monotonic() - self._open.opened_at >= SEAL_MAX_AGE_S
+            ):
+                self._seal()
+            if not n and rt.available_now and not self.drained and self.rdy > 0:
                 with rt.cond:
                     quiet = time.monotonic() - self.quiet_since
                 if quiet * 1000 >= rt.opts.available_now_quiet_ms:
+                    self._seal()
                     rt.mark_drained(self, "quiet")
 
     def _cut_rows(self) -> int:
@@ -327,7 +341,7 @@ class Consumer(threading.Thread):
             dup_ids = ids.take(dup)
             self.conn.send(fin_command(dup_ids))
             self.rt.spool.refinished(self.tcp_address, dup_ids)
-            self.rt.chunk_written(self, 0, len(again))  # delivered: counts for availableNow
+            self._delivered(len(again))  # counts for availableNow
             keep = pc.invert(pc.is_in(pa.array(range(len(ids)), pa.int64()), value_set=dup))
             ids, tss, atts, bodies = (c.filter(keep) for c in (ids, tss, atts, bodies))
         for i in range(0, len(ids), cap):
@@ -337,6 +351,17 @@ class Consumer(threading.Thread):
         """Whether the burst being spooled may still be FIN'd (see FRESH_FRACTION)."""
         age = time.monotonic() - self._burst_first_at
         return age < self.msg_timeout_s * FRESH_FRACTION
+
+    def _seal_rows(self) -> int:
+        return min(SEAL_MAX_ROWS, self.rt.opts.max_records_per_batch)
+
+    def _seal(self) -> None:
+        """Seal the open chunk (if any): it becomes a chunk Spark can plan a batch over."""
+        oc, self._open = self._open, None
+        if oc is None:
+            return
+        if self.rt.spool.seal(oc) is not None:
+            self.rt.chunk_sealed()
 
     def _write_chunk(self, ids: pa.Array, tss: pa.Array, atts: pa.Array, bodies: pa.Array) -> None:
         n = len(ids)
@@ -354,9 +379,13 @@ class Consumer(threading.Thread):
             ],
             schema=ARROW_SCHEMA,
         )
-        seq = self.rt.spool.write(batch, self.tcp_address, self._fresh)
+        spool = self.rt.spool
+        if self._open is not None and self._open.rows + n > self._seal_rows():
+            self._seal()
+        if self._open is None:
+            self._open = spool.open_chunk(self.tcp_address)
         assert self.conn is not None
-        if seq is None:
+        if not spool.append(self._open, batch, self._fresh):
             log.warning(
                 "nsq source: nsqd %s: %d message(s) took longer than half their timeout "
                 "(%.0f s) to spool: requeued, not spooled",
@@ -368,7 +397,17 @@ class Consumer(threading.Thread):
             return
         self.conn.send(fin_command(ids))
         self.persisted += n
-        self.rt.chunk_written(self, seq, n)
+        if self._open.rows >= self._seal_rows():
+            self._seal()
+        self._delivered(n)
+
+    def _delivered(self, n: int) -> None:
+        """``n`` more messages are spooled or were redeliveries. When they are the last of
+        what availableNow waits for from this nsqd, the open chunk is sealed first: the
+        target is then fixed at the last chunk."""
+        if self.remaining is not None and not self.drained and self.remaining <= n:
+            self._seal()
+        self.rt.chunk_written(self, n)
 
     # --- availableNow ---
 
@@ -565,7 +604,14 @@ class Runtime:
             self.paused = paused
             log.info("nsq source: %s (%d unplanned rows)", "paused" if paused else "resumed", backlog)
 
-    def chunk_written(self, c: Consumer, seq: int, n: int) -> None:
+    def chunk_sealed(self) -> None:
+        """A connection sealed a chunk: the spool's backlog grew, a batch may be waiting."""
+        with self.cond:
+            self._update_backpressure()
+            self.cond.notify_all()
+
+    def chunk_written(self, c: Consumer, n: int) -> None:
+        """``n`` messages from ``c`` are spooled (in its open chunk) or were redeliveries."""
         with self.cond:
             c.quiet_since = self.last_chunk_at = time.monotonic()  # a slow write is not quiet
             self._update_backpressure()

@@ -4,9 +4,10 @@ Spark keeps one :class:`NsqStreamReader` per query in a long-lived Python runner
 driver. On its first ``initialOffset``/``latestOffset`` call it starts (:mod:`.consumer`)
 one I/O thread per nsqd (found through nsqlookupd or given as addresses). Each thread owns a blocking
 connection (:class:`.nsqconn.BlockingConnection`: the protocol's handshake with TLS,
-compression and AUTH, then SUB, RDY, heartbeats answered with NOP) and turns every delivery
-burst into a *chunk*: an Arrow IPC file in ``spoolPath`` written durably (see
-:mod:`.spool`); only then are the burst's messages FIN'd, with one write.
+compression and AUTH, then SUB, RDY, heartbeats answered with NOP) and appends every
+delivery burst durably to its open *chunk* file in ``spoolPath`` (see :mod:`.spool`); only
+then are the burst's messages FIN'd, with one write. A chunk is sealed (visible to Spark)
+when it is full, old or idle.
 
 Options (case-insensitive): ``topic`` (required), ``channel`` (``nsq_spark``),
 ``nsqlookupdHttpAddresses`` or ``nsqdTcpAddresses`` (comma-separated ``host:port``),

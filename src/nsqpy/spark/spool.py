@@ -1,11 +1,18 @@
-"""The chunk spool of the ``nsq`` stream source: durable Arrow IPC files, one per burst, and
-the record of the message ids that nsqd may deliver again.
+"""The chunk spool of the ``nsq`` stream source: durable chunk files of Arrow record
+batches, and the record of the message ids that nsqd may deliver again.
 
-Each chunk is written to a temp file, fsync'd, renamed to
-``chunk-<seq, 20 digits>-<rows>.arrow`` and the directory fsync'd; only then may its
-messages be FIN'd. Sequence numbers are dense and increase in the order chunks become
-visible (the rename happens under the spool's lock), so "every chunk with seq <= N" is a
-stable set once N has been handed to Spark. Numbering never restarts below an offset Spark
+A connection appends each burst it receives to its *open chunk* (``.open-<uuid>.arrows``) as
+one block: a header (magic, length, CRC-32) and the burst as a self-contained Arrow IPC
+stream, written and fdatasync'd; only then may the burst's messages be FIN'd. An open chunk
+is *sealed* when it is full, old or idle, or its connection ends: renamed to
+``chunk-<seq, 20 digits>-<rows>.arrows`` and the directory fsync'd. Only sealed chunks are
+visible to Spark. A restart seals the open chunks a crash left (their valid blocks: a torn
+last block is cut off; its messages were never FIN'd). One file per several bursts: creating
+a file cost ~0.3–0.8 ms of CPU on the bench machine's ext4, an append and fdatasync ~0.15 ms.
+(Chunk files of the first spool format, ``.arrow``: one Arrow IPC file each, are still read.)
+Sequence numbers are dense and increase in the order chunks become visible (the rename
+happens under the spool's lock), so "every chunk with seq <= N" is a stable set once N has
+been handed to Spark. Numbering never restarts below an offset Spark
 may have checkpointed: the reader skips past the start offset Spark hands it, and a
 ``committed`` marker file (written when a commit leaves no chunk file above it) carries
 the highest deleted sequence number over a restart as well.
@@ -29,17 +36,25 @@ import contextlib
 import logging
 import os
 import re
+import struct
 import threading
 import time
 import uuid
+import zlib
 from collections import deque
 from collections.abc import Callable, Iterator
 from typing import NamedTuple
 
 import pyarrow as pa
 
-CHUNK_RE = re.compile(r"^chunk-(\d{20})-(\d+)\.arrow$")
+CHUNK_RE = re.compile(r"^chunk-(\d{20})-(\d+)\.arrows?$")
 TMP_PREFIX = ".tmp-"
+#: An open chunk: blocks appended by one connection, sealed into a chunk (or by a restart).
+OPEN_PREFIX = ".open-"
+CHUNK_EXT = ".arrows"
+#: A block's header: magic, the length of its Arrow IPC stream, the stream's CRC-32.
+BLOCK_HEADER = struct.Struct("<4sQI")
+BLOCK_MAGIC = b"NSQB"
 MARKER = "committed"
 #: The record of the ids nsqd may deliver again (see the module's docstring).
 LEDGER = "redelivery-ids.arrow"
@@ -82,7 +97,7 @@ class Chunk(NamedTuple):
 
 
 def chunk_name(seq: int, rows: int) -> str:
-    return f"chunk-{seq:020d}-{rows}.arrow"
+    return f"chunk-{seq:020d}-{rows}{CHUNK_EXT}"
 
 
 def fsync_dir(path: str) -> None:
@@ -91,6 +106,12 @@ def fsync_dir(path: str) -> None:
         os.fsync(fd)
     finally:
         os.close(fd)
+
+
+def _write_all(fd: int, data: bytes | pa.Buffer) -> None:
+    view = memoryview(data)
+    while view:
+        view = view[os.write(fd, view) :]
 
 
 def _write_durably(path: str, data: bytes | pa.Buffer) -> None:
@@ -118,12 +139,67 @@ def list_chunks(path: str, after: int = 0, upto: int | None = None) -> list[Chun
     return out
 
 
+def encode_block(batch: pa.RecordBatch) -> tuple[bytes, pa.Buffer]:
+    """A block of a chunk file: (header, payload) for one record batch."""
+    sink = pa.BufferOutputStream()
+    with pa.ipc.new_stream(sink, ARROW_SCHEMA) as writer:
+        writer.write_batch(batch)
+    payload = sink.getvalue()
+    return BLOCK_HEADER.pack(BLOCK_MAGIC, payload.size, zlib.crc32(payload)), payload
+
+
+def scan_blocks(data: pa.Buffer) -> tuple[list[pa.Buffer], int]:
+    """The payloads of the complete, intact blocks at the start of a chunk file's bytes,
+    and where they end (a torn or corrupt block, and everything after it, is left out)."""
+    out: list[pa.Buffer] = []
+    pos = 0
+    end = data.size
+    head = BLOCK_HEADER.size
+    while end - pos >= head:
+        magic, length, crc = BLOCK_HEADER.unpack(data.slice(pos, head).to_pybytes())
+        if magic != BLOCK_MAGIC or length > end - pos - head:
+            break
+        payload = data.slice(pos + head, length)
+        if zlib.crc32(payload) != crc:
+            break
+        out.append(payload)
+        pos += head + length
+    return out, pos
+
+
 def read_chunk(path: str) -> Iterator[pa.RecordBatch]:
-    """The record batches of one chunk file (memory-mapped)."""
+    """The record batches of one chunk file (memory-mapped). Raises ValueError when a
+    sealed chunk's blocks do not cover the whole file."""
     with pa.memory_map(path, "r") as source:
-        reader = pa.ipc.open_file(source)
-        for i in range(reader.num_record_batches):
-            yield reader.get_batch(i)
+        if not path.endswith(CHUNK_EXT):  # the first spool format: one Arrow IPC file
+            reader = pa.ipc.open_file(source)
+            for i in range(reader.num_record_batches):
+                yield reader.get_batch(i)
+            return
+        data = source.read_buffer()
+        payloads, end = scan_blocks(data)
+        if end != data.size:
+            raise ValueError(f"nsq source: spool chunk {path} is damaged at byte {end} of {data.size}")
+        for payload in payloads:
+            yield from pa.ipc.open_stream(payload)
+
+
+class OpenChunk:
+    """A chunk file being appended to by one connection (see the module's docstring)."""
+
+    def __init__(self, path: str, address: str) -> None:
+        self.path = path
+        self.address = address
+        self.fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o644)
+        #: bytes and rows of the blocks durably written
+        self.size = 0
+        self.rows = 0
+        self.opened_at = time.monotonic()
+
+    def close(self) -> None:
+        if self.fd >= 0:
+            os.close(self.fd)
+            self.fd = -1
 
 
 class Spool:
@@ -136,20 +212,30 @@ class Spool:
         self.path = os.path.abspath(path)
         os.makedirs(self.path, exist_ok=True)
         self.lock = threading.Lock()
-        #: seq -> rows, for every chunk file present
+        #: seq -> rows, and seq -> file name, for every chunk file present
         self.index: dict[int, int] = {}
+        self.names: dict[int, str] = {}
         self.committed = self._read_marker()
+        opened = []
         for name in os.listdir(self.path):
             if name.startswith(TMP_PREFIX):
                 # a chunk that was never renamed: its messages were never FIN'd
                 with contextlib.suppress(OSError):
                     os.unlink(os.path.join(self.path, name))
+            elif name.startswith(OPEN_PREFIX):
+                opened.append(os.path.join(self.path, name))
         for c in list_chunks(self.path):
             self.index[c.seq] = c.rows
+            self.names[c.seq] = os.path.basename(c.path)
         self.next_seq = max([self.committed, *self.index]) + 1
+        # open chunks a crash left: what was appended to them may have been FIN'd
+        for path in sorted(opened):
+            self._recover(path)
         #: rows of every chunk present, and no chunk below `lowest` (rows_after is asked
         #: for on every chunk written: it must not walk the whole index)
         self.total_rows = sum(self.index.values())
+        #: rows appended to open chunks (not sealed yet)
+        self.open_rows = 0
         self.lowest = min(self.index, default=self.next_seq)
         self.keep = max(keep, MIN_KEEP)
         #: per nsqd: the id arrays of the chunks spooled lately, oldest first, and their rows
@@ -185,39 +271,107 @@ class Spool:
                 if not self.index:
                     self.lowest = self.next_seq
 
+    def _recover(self, path: str) -> None:
+        """Seal an open chunk left by a crash: its intact blocks (cut at the first torn or
+        corrupt one) become a chunk; an empty one goes."""
+        with open(path, "rb") as f:
+            data = pa.py_buffer(f.read())
+        payloads, end = scan_blocks(data)
+        rows = sum(b.num_rows for p in payloads for b in pa.ipc.open_stream(p))
+        if not rows:
+            os.unlink(path)
+            return
+        if end != data.size:
+            log.warning("nsq source: spool %s: cutting a torn block off %s at byte %d", self.path, path, end)
+            os.truncate(path, end)
+        fd = os.open(path, os.O_RDONLY)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+        seq = self.next_seq
+        name = chunk_name(seq, rows)
+        os.rename(path, os.path.join(self.path, name))
+        fsync_dir(self.path)
+        self.next_seq = seq + 1
+        self.index[seq] = rows
+        self.names[seq] = name
+        log.info(
+            "nsq source: spool %s: a crash left an open chunk: sealed as chunk %d (%d rows)",
+            self.path,
+            seq,
+            rows,
+        )
+
+    def open_chunk(self, address: str) -> OpenChunk:
+        """A new open chunk for the connection to ``address``."""
+        return OpenChunk(os.path.join(self.path, f"{OPEN_PREFIX}{uuid.uuid4().hex}{CHUNK_EXT}"), address)
+
+    def append(self, oc: OpenChunk, batch: pa.RecordBatch, valid: Callable[[], bool] | None = None) -> bool:
+        """Append ``batch`` to ``oc`` durably (write and fdatasync); then its messages may
+        be FIN'd. ``valid`` is asked once the block is on disk: if False, the block is cut
+        off again and False is returned (the messages must not be FIN'd)."""
+        header, payload = encode_block(batch)
+        try:
+            _write_all(oc.fd, header)
+            _write_all(oc.fd, payload)
+            os.fdatasync(oc.fd)
+            if valid is not None and not valid():
+                os.ftruncate(oc.fd, oc.size)
+                return False
+        except BaseException:
+            with contextlib.suppress(OSError):
+                os.ftruncate(oc.fd, oc.size)
+            raise
+        oc.size += len(header) + payload.size
+        oc.rows += batch.num_rows
+        with self.lock:
+            self.open_rows += batch.num_rows
+            self._remember(oc.address, batch.column(0))
+        return True
+
+    def seal(self, oc: OpenChunk) -> int | None:
+        """Make ``oc`` a chunk (renamed, the directory fsync'd) and return its sequence
+        number; None (and the file goes) if nothing was appended to it."""
+        try:
+            if oc.fd >= 0:
+                os.ftruncate(oc.fd, oc.size)  # a block cut off after a failed write
+        finally:
+            oc.close()
+        if not oc.rows:
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(oc.path)
+            return None
+        with self.lock:
+            self.open_rows -= oc.rows
+            seq = self.next_seq
+            name = chunk_name(seq, oc.rows)
+            os.rename(oc.path, os.path.join(self.path, name))
+            fsync_dir(self.path)
+            self.next_seq = seq + 1
+            if not self.index:
+                self.lowest = seq
+            self.index[seq] = oc.rows
+            self.names[seq] = name
+            self.total_rows += oc.rows
+        return seq
+
     def write(
         self, batch: pa.RecordBatch, address: str | None = None, valid: Callable[[], bool] | None = None
     ) -> int | None:
-        """Persist one chunk durably and return its sequence number. ``address``: the nsqd
-        its messages came from (default: the batch's ``nsqd_address``). ``valid`` is asked
-        once the file is on disk, before it becomes a chunk: if False, the file goes and
-        None is returned (the messages must not be FIN'd)."""
-        sink = pa.BufferOutputStream()
-        with pa.ipc.new_file(sink, ARROW_SCHEMA) as writer:
-            writer.write_batch(batch)
-        tmp = os.path.join(self.path, f"{TMP_PREFIX}{uuid.uuid4().hex}.arrow")
+        """Persist one batch as a chunk of its own and return its sequence number.
+        ``address``: the nsqd its messages came from (default: the batch's
+        ``nsqd_address``). ``valid``: as for :meth:`append` (None if False)."""
         if address is None:
             address = str(batch.column(6)[0].as_py()) if batch.num_rows else ""
+        oc = self.open_chunk(address)
         try:
-            _write_durably(tmp, sink.getvalue())
-            if valid is not None and not valid():
-                os.unlink(tmp)
-                return None
-            with self.lock:
-                seq = self.next_seq
-                os.rename(tmp, os.path.join(self.path, chunk_name(seq, batch.num_rows)))
-                fsync_dir(self.path)
-                self.next_seq = seq + 1
-                if not self.index:
-                    self.lowest = seq
-                self.index[seq] = batch.num_rows
-                self.total_rows += batch.num_rows
-                self._remember(address, batch.column(0))
+            self.append(oc, batch, valid)  # False (or an error): nothing appended
         except BaseException:
             with contextlib.suppress(OSError):
-                os.unlink(tmp)
+                self.seal(oc)  # an empty chunk: the file goes
             raise
-        return seq
+        return self.seal(oc)
 
     @property
     def last_seq(self) -> int:
@@ -231,14 +385,15 @@ class Spool:
             return [Chunk(s, self.index[s], self._chunk_path(s)) for s in seqs]
 
     def rows_after(self, seq: int) -> int:
+        """Rows of the chunks after ``seq``, and of the open chunks."""
         with self.lock:
             # chunks are deleted from the bottom: those at or below seq are the few
             # planned but not yet committed ones
             below = range(self.lowest, min(seq, self.next_seq - 1) + 1)
-            return self.total_rows - sum(self.index.get(s, 0) for s in below)
+            return self.total_rows + self.open_rows - sum(self.index.get(s, 0) for s in below)
 
     def _chunk_path(self, seq: int) -> str:
-        return os.path.join(self.path, chunk_name(seq, self.index[seq]))
+        return os.path.join(self.path, self.names[seq])
 
     def delete_upto(self, seq: int) -> int:
         """Delete every chunk with sequence number <= ``seq``; returns how many. The record
@@ -255,6 +410,7 @@ class Spool:
                 with contextlib.suppress(FileNotFoundError):
                     os.unlink(self._chunk_path(s))
                 self.total_rows -= self.index.pop(s)
+                del self.names[s]
             self.lowest = max(self.lowest, seq + 1)
             return len(doomed)
 
