@@ -576,3 +576,25 @@ def test_a_daemon_forked_read_worker_freezes_its_heap_once(monkeypatch: pytest.M
     monkeypatch.setattr(source, "_frozen_pid", os.getpid() + 1)  # as after a fork
     source._freeze_worker_heap()
     assert calls == [os.getpid(), os.getpid()]
+
+
+def test_full_chunks_fill_batches_exactly(nsqd_server: Any, unique_topic: str, tmp_path: Path) -> None:
+    """A chunk sealed for being full holds maxRecordsPerBatch split into equal parts of at
+    most 25,000 rows (a burst that fills it is split), so whole chunks fill a batch."""
+    from nsqpy.spark.consumer import Consumer
+
+    for per_batch, want in ((100_000, 25_000), (30_000, 15_000), (25_001, 12_500), (700, 700)):
+        opts = SourceOptions.parse(
+            {"topic": "t", "nsqdTcpAddresses": "127.0.0.1:1", "spoolPath": str(tmp_path / "x")}
+            | {"maxRecordsPerBatch": str(per_batch)}
+        )
+        rt = type("Rt", (), {"opts": opts})()
+        assert Consumer._seal_rows(type("C", (), {"rt": rt})()) == want  # type: ignore[arg-type]
+    publish(nsqd_server, unique_topic, [b"m-%d" % i for i in range(5000)])
+    rt = _runtime(unique_topic, nsqd_server, tmp_path / "spool", maxInFlight="2500", maxRecordsPerBatch="700")
+    try:
+        wait_for(lambda: sum(c.rows for c in rt.spool.chunks(0)) == 5000, what="5000 rows sealed")
+    finally:
+        rt.stop()
+    rows = [c.rows for c in list_chunks(str(tmp_path / "spool"))]
+    assert max(rows) == 700 and rows.count(700) >= 5, rows

@@ -321,11 +321,10 @@ class Consumer(threading.Thread):
         self._burst = Burst()
 
     def _persist(self) -> None:
-        """Write the burst as chunks of at most one batch's worth of rows (durably), FIN'ing
-        each chunk's messages with one write once it is on disk. Messages spooled before
-        (nsqd delivered them again: see :meth:`.spool.Spool.redeliveries`) are FIN'd
-        without being spooled again."""
-        cap = min(CUT_MAX_ROWS, self.rt.opts.max_records_per_batch)
+        """Append the burst to the open chunk (durably; a burst that fills the chunk is
+        split, its rest opening the next one), FIN'ing each part's messages with one write
+        once it is on disk. Messages spooled before (nsqd delivered them again: see
+        :meth:`.spool.Spool.redeliveries`) are FIN'd without being spooled again."""
         burst, self._burst = self._burst, Burst()
         self._burst_first_at = self._first_at
         ids, tss, atts, bodies = burst.columns()
@@ -344,8 +343,11 @@ class Consumer(threading.Thread):
             self._delivered(len(again))  # counts for availableNow
             keep = pc.invert(pc.is_in(pa.array(range(len(ids)), pa.int64()), value_set=dup))
             ids, tss, atts, bodies = (c.filter(keep) for c in (ids, tss, atts, bodies))
-        for i in range(0, len(ids), cap):
-            self._write_chunk(*(c.slice(i, cap) for c in (ids, tss, atts, bodies)))
+        pos, n = 0, len(ids)
+        while pos < n:
+            room = self._seal_rows() - (self._open.rows if self._open is not None else 0)
+            self._write_chunk(*(c.slice(pos, room) for c in (ids, tss, atts, bodies)))
+            pos += room
 
     def _fresh(self) -> bool:
         """Whether the burst being spooled may still be FIN'd (see FRESH_FRACTION)."""
@@ -353,7 +355,10 @@ class Consumer(threading.Thread):
         return age < self.msg_timeout_s * FRESH_FRACTION
 
     def _seal_rows(self) -> int:
-        return min(SEAL_MAX_ROWS, self.rt.opts.max_records_per_batch)
+        """A chunk's rows when it is sealed for being full: maxRecordsPerBatch split into
+        equal chunks of at most SEAL_MAX_ROWS, so that full chunks fill batches exactly."""
+        per_batch = self.rt.opts.max_records_per_batch
+        return per_batch // -(-per_batch // SEAL_MAX_ROWS)
 
     def _seal(self) -> None:
         """Seal the open chunk (if any): it becomes a chunk Spark can plan a batch over."""
@@ -380,8 +385,6 @@ class Consumer(threading.Thread):
             schema=ARROW_SCHEMA,
         )
         spool = self.rt.spool
-        if self._open is not None and self._open.rows + n > self._seal_rows():
-            self._seal()
         if self._open is None:
             self._open = spool.open_chunk(self.tcp_address)
         assert self.conn is not None
