@@ -248,9 +248,12 @@ class CpuSampler:
             if pid not in self.group:
                 # a process born after the start counts from 0
                 self.first[pid] = cpu[pid] if self._thread is None else 0.0
-            if self.group.get(pid, "other") == "other":
-                # again until known: a new process shows its parent's command line until exec
-                self.group[pid] = self._classify(pid)
+            # again at every sample: a new process shows its parent's command line until it
+            # execs (the JVM's children looked like the JVM); a process that is gone keeps
+            # what it was
+            group = self._classify(pid)
+            if group != "other" or pid not in self.group:
+                self.group[pid] = group
             self.last[pid] = cpu[pid]
 
     def _loop(self) -> None:
