@@ -1049,6 +1049,20 @@ PyDoc_STRVAR(scan_frames_doc,
 "others: [(frame type, payload)] of the other frames; pos: where the first incomplete frame\n"
 "starts. None if scan_frames_py would raise (a bad frame or message size).");
 
+/* Append to runs the int32 offsets of a run of n message frames (offs[0..n)) that ends
+ * at pos. 0, or -1 with an exception set. */
+static int
+close_run(PyObject *runs, int32_t *offs, Py_ssize_t n, Py_ssize_t pos)
+{
+    offs[n] = (int32_t)pos;
+    PyObject *r = PyBytes_FromStringAndSize((const char *)offs, (n + 1) * 4);
+    if (r == NULL)
+        return -1;
+    int rc = PyList_Append(runs, r);
+    Py_DECREF(r);
+    return rc;
+}
+
 static PyObject *
 scan_frames(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
 {
@@ -1108,16 +1122,9 @@ scan_frames(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
             attw[n] = (int32_t)(((uint32_t)buf[pos + 16] << 8) | buf[pos + 17]);
             n++;
         } else {
-            if (run) {
-                offs[run] = (int32_t)pos;
-                PyObject *r = PyBytes_FromStringAndSize((const char *)offs, (run + 1) * 4);
-                if (r == NULL || PyList_Append(runs, r) < 0) {
-                    Py_XDECREF(r);
-                    goto done;
-                }
-                Py_DECREF(r);
-                run = 0;
-            }
+            if (run && close_run(runs, offs, run, pos) < 0)
+                goto done;
+            run = 0;
             PyObject *o = Py_BuildValue("(iy#)", (int)ftype, (const char *)buf + pos + 8,
                                         (Py_ssize_t)size - 4);
             if (o == NULL || PyList_Append(others, o) < 0) {
@@ -1132,15 +1139,8 @@ scan_frames(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
         result = Py_NewRef(Py_None);
         goto done;
     }
-    if (run) {
-        offs[run] = (int32_t)pos;
-        PyObject *r = PyBytes_FromStringAndSize((const char *)offs, (run + 1) * 4);
-        if (r == NULL || PyList_Append(runs, r) < 0) {
-            Py_XDECREF(r);
-            goto done;
-        }
-        Py_DECREF(r);
-    }
+    if (run && close_run(runs, offs, run, pos) < 0)
+        goto done;
     if (_PyBytes_Resize(&ts, n * 8) < 0 || _PyBytes_Resize(&att, n * 4) < 0)
         goto done;
     result = Py_BuildValue("(nOOOO)", pos, runs, ts, att, others);
