@@ -47,6 +47,8 @@ from typing import NamedTuple
 
 import pyarrow as pa
 
+from nsqpy.nsqd.fileio import fsync_dir, write_synced
+
 CHUNK_RE = re.compile(r"^chunk-(\d{20})-(\d+)\.arrows?$")
 TMP_PREFIX = ".tmp-"
 #: An open chunk: blocks appended by one connection, sealed into a chunk (or by a restart).
@@ -100,25 +102,10 @@ def chunk_name(seq: int, rows: int) -> str:
     return f"chunk-{seq:020d}-{rows}{CHUNK_EXT}"
 
 
-def fsync_dir(path: str) -> None:
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
 def _write_all(fd: int, data: bytes | pa.Buffer) -> None:
     view = memoryview(data)
     while view:
         view = view[os.write(fd, view) :]
-
-
-def _write_durably(path: str, data: bytes | pa.Buffer) -> None:
-    with open(path, "wb") as f:
-        f.write(data)
-        f.flush()
-        os.fsync(f.fileno())
 
 
 def list_chunks(path: str, after: int = 0, upto: int | None = None) -> list[Chunk]:
@@ -228,15 +215,15 @@ class Spool:
             self.index[c.seq] = c.rows
             self.names[c.seq] = os.path.basename(c.path)
         self.next_seq = max([self.committed, *self.index]) + 1
-        # open chunks a crash left: what was appended to them may have been FIN'd
-        for path in sorted(opened):
-            self._recover(path)
         #: rows of every chunk present, and no chunk below `lowest` (rows_after is asked
         #: for on every chunk written: it must not walk the whole index)
         self.total_rows = sum(self.index.values())
         #: rows appended to open chunks (not sealed yet)
         self.open_rows = 0
         self.lowest = min(self.index, default=self.next_seq)
+        # open chunks a crash left: what was appended to them may have been FIN'd
+        for path in sorted(opened):
+            self._recover(path)
         self.keep = max(keep, MIN_KEEP)
         #: per nsqd: the id arrays of the chunks spooled lately, oldest first, and their rows
         self.recent: dict[str, deque[pa.Array]] = {}
@@ -256,11 +243,16 @@ class Spool:
         except ValueError as exc:
             raise ValueError(f"spool {self.path}: unreadable {MARKER!r} marker file") from exc
 
-    def _write_marker(self, seq: int) -> None:
-        tmp = os.path.join(self.path, f"{TMP_PREFIX}{MARKER}")
-        _write_durably(tmp, str(seq).encode())
-        os.replace(tmp, os.path.join(self.path, MARKER))
+    def _replace(self, name: str, data: bytes) -> None:
+        """Replace the spool's file ``name`` with ``data`` durably (a temp file that a
+        restart removes, synced, renamed; the directory synced)."""
+        tmp = os.path.join(self.path, f"{TMP_PREFIX}{name}")
+        write_synced(tmp, data)
+        os.replace(tmp, os.path.join(self.path, name))
         fsync_dir(self.path)
+
+    def _write_marker(self, seq: int) -> None:
+        self._replace(MARKER, str(seq).encode())
         self.committed = seq
 
     def skip_to(self, seq: int) -> None:
@@ -281,21 +273,16 @@ class Spool:
         if not rows:
             os.unlink(path)
             return
-        if end != data.size:
-            log.warning("nsq source: spool %s: cutting a torn block off %s at byte %d", self.path, path, end)
-            os.truncate(path, end)
-        fd = os.open(path, os.O_RDONLY)
+        fd = os.open(path, os.O_WRONLY)
         try:
+            if end != data.size:
+                log.warning("nsq source: spool %s: a torn block cut off %s at byte %d", self.path, path, end)
+                os.ftruncate(fd, end)
             os.fsync(fd)
         finally:
             os.close(fd)
-        seq = self.next_seq
-        name = chunk_name(seq, rows)
-        os.rename(path, os.path.join(self.path, name))
-        fsync_dir(self.path)
-        self.next_seq = seq + 1
-        self.index[seq] = rows
-        self.names[seq] = name
+        with self.lock:
+            seq = self._publish(path, rows)
         log.info(
             "nsq source: spool %s: a crash left an open chunk: sealed as chunk %d (%d rows)",
             self.path,
@@ -344,16 +331,21 @@ class Spool:
             return None
         with self.lock:
             self.open_rows -= oc.rows
-            seq = self.next_seq
-            name = chunk_name(seq, oc.rows)
-            os.rename(oc.path, os.path.join(self.path, name))
-            fsync_dir(self.path)
-            self.next_seq = seq + 1
-            if not self.index:
-                self.lowest = seq
-            self.index[seq] = oc.rows
-            self.names[seq] = name
-            self.total_rows += oc.rows
+            return self._publish(oc.path, oc.rows)
+
+    def _publish(self, path: str, rows: int) -> int:
+        """Rename the durable file ``path`` of ``rows`` rows to the next chunk (the
+        directory fsync'd) and return its sequence number (under the lock)."""
+        seq = self.next_seq
+        name = chunk_name(seq, rows)
+        os.rename(path, os.path.join(self.path, name))
+        fsync_dir(self.path)
+        self.next_seq = seq + 1
+        if not self.index:
+            self.lowest = seq
+        self.index[seq] = rows
+        self.names[seq] = name
+        self.total_rows += rows
         return seq
 
     def write(
@@ -572,7 +564,4 @@ class Spool:
         sink = pa.BufferOutputStream()
         with pa.ipc.new_file(sink, LEDGER_SCHEMA) as writer:
             writer.write_table(pa.concat_tables(parts))
-        tmp = os.path.join(self.path, f"{TMP_PREFIX}{LEDGER}")
-        _write_durably(tmp, sink.getvalue())
-        os.replace(tmp, os.path.join(self.path, LEDGER))
-        fsync_dir(self.path)
+        self._replace(LEDGER, sink.getvalue().to_pybytes())
