@@ -133,33 +133,37 @@ def prepublish(nsqd: Daemon, topic: str, count: int, size: int, conn: dict[str, 
     return time.perf_counter() - t0
 
 
+def source_rows(seqs: range, size: int, topic: str, address: str, now_us: int) -> Any:
+    """Rows ``seqs`` in the ``nsq`` source's schema (ids and bodies as the published ones)."""
+    import pyarrow as pa
+
+    from nsqpy.spark.spool import ARROW_SCHEMA
+
+    n = len(seqs)
+    return pa.RecordBatch.from_arrays(
+        [
+            pa.array(["%016x" % i for i in seqs], pa.string()),
+            pa.array([now_us + i for i in seqs], pa.timestamp("us", tz="UTC")),
+            pa.array([1] * n, pa.int32()),
+            pa.array(bodies(seqs, size), pa.binary()),
+            pa.array([topic] * n, pa.string()),
+            pa.array(["nsq_spark"] * n, pa.string()),
+            pa.array([address] * n, pa.string()),
+        ],
+        schema=ARROW_SCHEMA,
+    )
+
+
 def prefill(spool: Path, topic: str, count: int, size: int, chunk_rows: int) -> float:
     """Write ``count`` messages as the source's chunk files (``chunk_rows`` each, as the live
     source cuts them) into ``spool``, which the reader adopts on start; returns seconds."""
-    import pyarrow as pa
-
-    from nsqpy.spark.spool import ARROW_SCHEMA, Spool
+    from nsqpy.spark.spool import Spool
 
     t0 = time.perf_counter()
     out = Spool(str(spool))
     now_us = int(time.time() * 1_000_000)
     for start in range(0, count, chunk_rows):
-        seqs = range(start, min(start + chunk_rows, count))
-        n = len(seqs)
-        out.write(
-            pa.RecordBatch.from_arrays(
-                [
-                    pa.array(["%016x" % i for i in seqs], pa.string()),
-                    pa.array([now_us + i for i in seqs], pa.timestamp("us", tz="UTC")),
-                    pa.array([1] * n, pa.int32()),
-                    pa.array(bodies(seqs, size), pa.binary()),
-                    pa.array([topic] * n, pa.string()),
-                    pa.array(["nsq_spark"] * n, pa.string()),
-                    pa.array(["prefill"] * n, pa.string()),
-                ],
-                schema=ARROW_SCHEMA,
-            )
-        )
+        out.write(source_rows(range(start, min(start + chunk_rows, count)), size, topic, "prefill", now_us))
     return time.perf_counter() - t0
 
 
@@ -413,29 +417,12 @@ def write_files(directory: Path, topic: str, count: int, size: int, rows_per_fil
     import pyarrow as pa
     import pyarrow.parquet as pq
 
-    from nsqpy.spark.spool import ARROW_SCHEMA
-
     t0 = time.perf_counter()
     directory.mkdir(parents=True)
     now_us = int(time.time() * 1_000_000)
     for k, start in enumerate(range(0, count, rows_per_file)):
-        seqs = range(start, min(start + rows_per_file, count))
-        n = len(seqs)
-        pq.write_table(
-            pa.table(
-                [
-                    pa.array(["%016x" % i for i in seqs], pa.string()),
-                    pa.array([now_us + i for i in seqs], pa.timestamp("us", tz="UTC")),
-                    pa.array([1] * n, pa.int32()),
-                    pa.array(bodies(seqs, size), pa.binary()),
-                    pa.array([topic] * n, pa.string()),
-                    pa.array(["nsq_spark"] * n, pa.string()),
-                    pa.array(["files"] * n, pa.string()),
-                ],
-                schema=ARROW_SCHEMA,
-            ),
-            directory / f"part-{k:05d}.parquet",
-        )
+        rows = source_rows(range(start, min(start + rows_per_file, count)), size, topic, "files", now_us)
+        pq.write_table(pa.Table.from_batches([rows]), directory / f"part-{k:05d}.parquet")
     return time.perf_counter() - t0
 
 

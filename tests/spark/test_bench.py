@@ -12,17 +12,24 @@ import pytest
 BENCH = Path(__file__).resolve().parents[2] / "bench" / "bench_spark.py"
 
 
-@pytest.mark.timeout(400)
-def test_bench_spark_smoke() -> None:
+def run_bench(*args: str, timeout: int) -> tuple[subprocess.CompletedProcess[str], str]:
+    """bench_spark.py with ``args``; fails unless it ends with ``RESULT: OK``. The run and
+    its output (stdout + stderr)."""
     r = subprocess.run(
-        [sys.executable, str(BENCH), "--smoke", "--count", "5000", "--json"],
+        [sys.executable, str(BENCH), *args],
         stdin=subprocess.DEVNULL,
         capture_output=True,
         text=True,
-        timeout=380,
+        timeout=timeout,
     )
     out = r.stdout + r.stderr
     assert r.returncode == 0 and "RESULT: OK" in r.stdout, out[-4000:]
+    return r, out
+
+
+@pytest.mark.timeout(400)
+def test_bench_spark_smoke() -> None:
+    r, out = run_bench("--smoke", "--count", "5000", "--json", timeout=380)
     assert "[source nsq, archive, cold] 5000 rows" in r.stdout, out[-4000:]
     assert "[sink] 5000 rows" in r.stdout, out[-4000:]
 
@@ -30,27 +37,18 @@ def test_bench_spark_smoke() -> None:
 @pytest.mark.timeout(400)
 def test_bench_spark_prefilled_spool_into_noop() -> None:
     """--prefill puts the rows in the spool (nothing published); --pipeline noop writes nothing."""
-    r = subprocess.run(
-        [
-            sys.executable,
-            str(BENCH),
-            "--count",
-            "3000",
-            "--prefill",
-            "--prefill-chunk-rows",
-            "700",
-            "--pipeline",
-            "noop",
-            "--skip-sink",
-            "--json",
-        ],
-        stdin=subprocess.DEVNULL,
-        capture_output=True,
-        text=True,
+    r, out = run_bench(
+        "--count",
+        "3000",
+        "--prefill",
+        "--prefill-chunk-rows",
+        "700",
+        "--pipeline",
+        "noop",
+        "--skip-sink",
+        "--json",
         timeout=380,
     )
-    out = r.stdout + r.stderr
-    assert r.returncode == 0 and "RESULT: OK" in r.stdout, out[-4000:]
     assert "# prefilled the spool with 1 x 3000 x 100 B" in r.stdout, out[-4000:]
     assert "[source nsq, noop, prefilled spool, cold] 3000 rows" in r.stdout, out[-4000:]
     assert "pre-published" not in r.stdout and "[sink]" not in r.stdout, out[-4000:]
@@ -60,25 +58,9 @@ def test_bench_spark_prefilled_spool_into_noop() -> None:
 def test_bench_spark_compares_the_nsq_source_with_sparks_own() -> None:
     """--source all: nsq, rate and files, each cold then warm in a JVM of its own, and the
     ratios nsq / rate and nsq / files; CPU per 1M rows per process group."""
-    r = subprocess.run(
-        [
-            sys.executable,
-            str(BENCH),
-            "--source",
-            "all",
-            "--count",
-            "10000",
-            "--max-records-per-batch",
-            "5000",
-            "--json",
-        ],
-        stdin=subprocess.DEVNULL,
-        capture_output=True,
-        text=True,
-        timeout=580,
+    r, out = run_bench(
+        "--source", "all", "--count", "10000", "--max-records-per-batch", "5000", "--json", timeout=580
     )
-    out = r.stdout + r.stderr
-    assert r.returncode == 0 and "RESULT: OK" in r.stdout, out[-4000:]
     for label in ("source nsq, archive", "source rate", "source files"):
         for run in ("cold", "warm"):
             assert f"[{label}, {run}]" in r.stdout, out[-4000:]
@@ -93,13 +75,5 @@ def test_bench_spark_compares_the_nsq_source_with_sparks_own() -> None:
 @pytest.mark.timeout(400)
 def test_bench_spark_copies_share_the_channel() -> None:
     """--copies 2: two nsq_spark archive applications on one channel, one output, each row once."""
-    r = subprocess.run(
-        [sys.executable, str(BENCH), "--copies", "2", "--count", "6000", "--json"],
-        stdin=subprocess.DEVNULL,
-        capture_output=True,
-        text=True,
-        timeout=380,
-    )
-    out = r.stdout + r.stderr
-    assert r.returncode == 0 and "RESULT: OK" in r.stdout, out[-4000:]
+    r, out = run_bench("--copies", "2", "--count", "6000", "--json", timeout=380)
     assert "[source nsq, 2 archive copies on one channel] 6000 rows" in r.stdout, out[-4000:]
