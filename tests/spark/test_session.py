@@ -1,20 +1,30 @@
 """make_session's set-up: on a local master, the Python processes Spark starts (workers, the
 data source planners, the streaming source's runner) import pyspark from the installed
-package (compiled once, cached) rather than from Spark's pyspark.zip."""
+package (compiled once, cached) rather than from Spark's pyspark.zip, and run without Spark's
+spark-core jar on their path (Python would read it as a zip)."""
 
 from __future__ import annotations
 
+import ast
 import os
 import shutil
+import subprocess
 import sys
 import zipfile
 from pathlib import Path
 from typing import Any
 
 import pyspark
-from pyspark.sql.datasource import DataSource
+import pytest
+from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
 
-from nsqpy.spark.session import _is_this_interpreter, same_release_installed, spark_home_without_zips
+from nsqpy.spark.session import (
+    LAUNCHER,
+    _is_this_interpreter,
+    python_launcher,
+    same_release_installed,
+    spark_home_without_zips,
+)
 
 SITE = str(Path(pyspark.__file__).parent.parent)
 HOME = Path(pyspark.__file__).parent  # pip's layout: the package is SPARK_HOME
@@ -103,6 +113,7 @@ def test_workers_import_pyspark_from_the_package(spark: Any) -> None:
     assert files == {pyspark.__file__}, files
     # the user's environment is as it was
     assert os.environ.get("SPARK_HOME", "") == "" or "nsqpy-spark-home-" not in os.environ["SPARK_HOME"]
+    assert os.environ["PYSPARK_PYTHON"] == sys.executable
 
 
 def test_planner_processes_import_pyspark_from_the_package(spark: Any) -> None:
@@ -133,3 +144,74 @@ def test_the_jvm_has_a_session_of_its_own(spark: Any) -> None:
     assert pid is not None
     assert os.getsid(pid) == pid and os.getpgid(pid) == pid
     assert os.getpgid(pid) != os.getpgid(0)
+
+
+def _run_launcher(launcher: str, pythonpath: str | None) -> str | None:
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    if pythonpath is not None:
+        env["PYTHONPATH"] = pythonpath
+    code = "import os, sys; print(repr(os.environ.get('PYTHONPATH')), sys.executable)"
+    out = subprocess.run([launcher, "-c", code], env=env, capture_output=True, text=True, check=True)
+    value, python = out.stdout.strip().rsplit(" ", 1)
+    assert python == sys.executable
+    return ast.literal_eval(value)  # type: ignore[no-any-return]
+
+
+def test_python_launcher_drops_only_the_spark_core_jar(tmp_path: Path) -> None:
+    launcher = python_launcher(str(tmp_path), sys.executable)
+    assert launcher == str(tmp_path / LAUNCHER)
+    jar = "/opt/spark/jars/spark-core_2.13-4.3.0.jar"
+    assert _run_launcher(launcher, jar) is None
+    assert _run_launcher(launcher, None) is None
+    # the other entries stay, in order, spaces, globs and other jars included
+    assert _run_launcher(launcher, f"/a b/c:{jar}:/d*:/e.jar") == "/a b/c:/d*:/e.jar"
+    assert _run_launcher(launcher, f":/a::{jar}:/b") == ":/a::/b"
+
+
+def test_python_launcher_not_written_where_it_could_not_run(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    class NoExec:
+        f_flag = os.ST_NOEXEC
+
+    monkeypatch.setattr(os, "statvfs", lambda _path: NoExec())
+    assert python_launcher(str(tmp_path), sys.executable) is None
+    assert not (tmp_path / LAUNCHER).exists()
+
+
+def test_python_processes_run_without_the_spark_core_jar(spark: Any) -> None:
+    # defined here, so that they are pickled by value to Spark's Python processes
+    def _no_spark_jar() -> str:
+        """'clean' when this process has no spark-core jar on sys.path and no zip importer
+        (which would have read a zip's directory), else what it has."""
+        import sys as s
+
+        jars = [p for p in s.path if "spark-core_" in p]
+        zips = [k for k, v in s.path_importer_cache.items() if type(v).__name__ == "zipimporter"]
+        return "clean" if not jars and not zips else f"{jars} {zips}"
+
+    class _JarReader(DataSourceReader):
+        def partitions(self) -> list[InputPartition]:
+            return [InputPartition(0), InputPartition(1)]
+
+        def read(self, partition: InputPartition) -> Any:
+            yield (_no_spark_jar(),)
+
+    class _JarSource(DataSource):
+        """The schema (from the planner process) and the rows (from the read workers) say
+        whether those processes have the spark-core jar on their path."""
+
+        @classmethod
+        def name(cls) -> str:
+            return "nsqpy_test_jar"
+
+        def schema(self) -> str:
+            return "clean STRING" if _no_spark_jar() == "clean" else "jar STRING"
+
+        def reader(self, schema: Any) -> DataSourceReader:
+            return _JarReader()
+
+    spark.dataSource.register(_JarSource)
+    df = spark.read.format("nsqpy_test_jar").load()
+    assert df.schema.names == ["clean"]
+    assert [r[0] for r in df.collect()] == ["clean", "clean"]
