@@ -358,3 +358,23 @@ def nsqd_fixture(tmp_path: Path, *extra_args: str) -> Iterator[NsqdProcess]:
         code = p.stop()
     assert code == 0, f"nsqd did not exit cleanly on SIGTERM (code {code})\n{p.describe()}"
     assert "Traceback" not in p.stderr(), f"nsqd logged an unhandled exception\n{p.describe(20000)}"
+
+
+@contextlib.contextmanager
+def lookupd_and_nsqd(base: Path, check_exit: bool = False) -> Iterator[tuple[NsqlookupdProcess, NsqdProcess]]:
+    """An nsqlookupd and an nsqd registered with it (broadcasting 127.0.0.1), logs under
+    ``base/lookupd`` and ``base/nsqd``; both stopped (SIGTERM) when the block ends, nsqd
+    first. ``check_exit``: assert that each exited with status 0."""
+    lookupd = NsqlookupdProcess(base / "lookupd").start()
+    nsqd = None
+    try:
+        nsqd = NsqdProcess(
+            base / "nsqd", f"--lookupd-tcp-address={lookupd.tcp_address}", "--broadcast-address=127.0.0.1"
+        ).start()
+        yield lookupd, nsqd
+    finally:
+        if nsqd is not None:
+            code = nsqd.stop()
+            assert not check_exit or code == 0, nsqd.describe()
+        code = lookupd.stop()
+        assert not check_exit or code == 0, lookupd.describe()

@@ -7,7 +7,7 @@ from __future__ import annotations
 import json
 
 import pytest
-from e2e.proc import NsqdProcess, NsqlookupdProcess
+from e2e.proc import NsqdProcess, lookupd_and_nsqd
 from support import wait_until
 
 pytestmark = pytest.mark.timeout(60)
@@ -21,12 +21,7 @@ def channel_depths(p: NsqdProcess, topic: str) -> dict[str, int]:
 
 
 def test_registered_channels_exist_before_the_first_message(tmp_path):
-    lookupd = NsqlookupdProcess(tmp_path / "lookupd").start()
-    nsqd = None
-    try:
-        nsqd = NsqdProcess(
-            tmp_path / "nsqd", f"--lookupd-tcp-address={lookupd.tcp_address}", "--broadcast-address=127.0.0.1"
-        ).start()
+    with lookupd_and_nsqd(tmp_path, check_exit=True) as (lookupd, nsqd):
         wait_until(
             lambda: json.loads(lookupd.http_get("/nodes")[1])["producers"],
             what="nsqd registered with nsqlookupd",
@@ -48,7 +43,3 @@ def test_registered_channels_exist_before_the_first_message(tmp_path):
             what="the message held by the topic",
         )
         assert channel_depths(nsqd, "fresh") == {}
-    finally:
-        if nsqd is not None:
-            assert nsqd.stop() == 0, nsqd.describe()
-        assert lookupd.stop() == 0, lookupd.describe()

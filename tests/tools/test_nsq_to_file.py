@@ -18,7 +18,7 @@ import zlib
 from pathlib import Path
 
 import pytest
-from e2e.proc import NsqdProcess, NsqlookupdProcess, nsqd_fixture
+from e2e.proc import NsqdProcess, lookupd_and_nsqd, nsqd_fixture
 from support import fill_disk, mounted_tmpfs
 from tools_helpers import ToolProcess, channels, free_port, publish_http, run_tool, wait_until
 
@@ -375,13 +375,8 @@ def test_several_topics_and_topic_pattern_filter(nsqd_proc, tmp_path):
 
 
 def test_topic_pattern_discovers_topics_through_lookupd(tmp_path):
-    lookupd = NsqlookupdProcess(tmp_path / "lookupd").start()
-    nsqd = None
     out = tmp_path / "out"
-    try:
-        nsqd = NsqdProcess(
-            tmp_path / "nsqd", f"--lookupd-tcp-address={lookupd.tcp_address}", "--broadcast-address=127.0.0.1"
-        ).start()
+    with lookupd_and_nsqd(tmp_path) as (lookupd, nsqd):
         publish_http(nsqd, "keep_early", b"e1")
         publish_http(nsqd, "skip_me", b"s1")
         with ToolProcess(
@@ -412,10 +407,6 @@ def test_topic_pattern_discovers_topics_through_lookupd(tmp_path):
         assert "DEBUG: skipping topic skip_me (doesn't match pattern ^keep_)" in err
         assert all(line.startswith("[archive] ") for line in err.splitlines() if line)
         assert "nsq_to_file" not in channels(nsqd, "skip_me")
-    finally:
-        if nsqd is not None:
-            nsqd.stop()
-        lookupd.stop()
 
 
 # --- failures: nothing FINished that was not written, nothing lost ----------------------------

@@ -15,7 +15,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from e2e.proc import BIN_DIR, NsqdProcess, NsqlookupdProcess
+from e2e.proc import BIN_DIR, lookupd_and_nsqd
 from tools_helpers import ToolProcess, channels, message_count, wait_until
 
 pytestmark = pytest.mark.timeout(90)
@@ -41,17 +41,8 @@ def test_readme_has_the_examples():
 
 @pytest.fixture
 def cluster(tmp_path):
-    lookupd = NsqlookupdProcess(tmp_path / "lookupd").start()
-    nsqd = None
-    try:
-        nsqd = NsqdProcess(
-            tmp_path / "nsqd", f"--lookupd-tcp-address={lookupd.tcp_address}", "--broadcast-address=127.0.0.1"
-        ).start()
+    with lookupd_and_nsqd(tmp_path, check_exit=True) as (lookupd, nsqd):
         yield lookupd, nsqd
-    finally:
-        if nsqd is not None:
-            assert nsqd.stop() == 0, nsqd.describe()
-        assert lookupd.stop() == 0, lookupd.describe()
 
 
 def test_readme_examples_run(cluster, tmp_path):

@@ -12,7 +12,7 @@ from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
-from e2e.proc import NsqdProcess, NsqlookupdProcess, script
+from e2e.proc import NsqdProcess, NsqlookupdProcess, lookupd_and_nsqd, script
 from support import free_port as free_port  # re-exported for the tool tests
 from support import read_bodies
 from support import wait_until as wait_until  # re-exported for the tool tests
@@ -142,12 +142,7 @@ def publish_http(nsqd: NsqdProcess, topic: str, *bodies: bytes) -> None:
 def registered_topic(tmp_path: Path, topic: str, body: bytes) -> Iterator[NsqlookupdProcess]:
     """An nsqlookupd and an nsqd registered with it whose ``topic`` holds ``body``, once the
     lookupd lists the topic's producer; both stopped afterwards."""
-    lookupd = NsqlookupdProcess(tmp_path / "lookupd").start()
-    nsqd = None
-    try:
-        nsqd = NsqdProcess(
-            tmp_path / "nsqd", f"--lookupd-tcp-address={lookupd.tcp_address}", "--broadcast-address=127.0.0.1"
-        ).start()
+    with lookupd_and_nsqd(tmp_path) as (lookupd, nsqd):
         publish_http(nsqd, topic, body)
 
         def registered() -> bool:
@@ -156,7 +151,3 @@ def registered_topic(tmp_path: Path, topic: str, body: bytes) -> Iterator[Nsqloo
 
         wait_until(registered, what="the topic in nsqlookupd")
         yield lookupd
-    finally:
-        if nsqd is not None:
-            nsqd.stop()
-        lookupd.stop()
