@@ -461,9 +461,18 @@ def run_source(
     # source's Python runner (a new process per query, warm or cold), the first offset calls
     startup = _iso_seconds(progress[0]["timestamp"]) - t0_wall if progress else None
     rows = sum(p["numInputRows"] for p in batches)
-    ends = [_iso_seconds(p["timestamp"]) + p["durationMs"]["triggerExecution"] / 1000 for p in batches]
+    # the rates count the batches up to the one that reached --count: an endless source
+    # (rate) runs a batch or more past it before the stop lands, and those batches, warm
+    # and after the fixed costs, would flatter its overall rate
+    timed: list[dict[str, Any]] = []
+    for p in batches:
+        timed.append(p)
+        if sum(b["numInputRows"] for b in timed) >= args.count:
+            break
+    timed_rows = sum(p["numInputRows"] for p in timed)
+    ends = [_iso_seconds(p["timestamp"]) + p["durationMs"]["triggerExecution"] / 1000 for p in timed]
     wall = (max(ends) - t0_wall) if ends else 0.0
-    later = batches[1:]
+    later = timed[1:]
     steady_rows = sum(p["numInputRows"] for p in later)
     steady_s = sum(p["durationMs"]["triggerExecution"] for p in later) / 1000
     if out is None:  # noop: the source's own row count (no duplicates check possible)
@@ -484,7 +493,8 @@ def run_source(
         "distinct_ids": distinct,
         "batches": len(batches),
         "seconds": round(wall, 2),
-        "rows_per_s": round(rows / wall) if wall else None,
+        "timed_rows": timed_rows,
+        "rows_per_s": round(timed_rows / wall) if wall else None,
         "steady_rows_per_s": round(steady_rows / steady_s) if steady_s else None,
         "startup_s": round(startup, 2) if startup is not None else None,
         "first_batch_rows": batches[0]["numInputRows"] if batches else None,
@@ -656,7 +666,9 @@ def describe(label: str, src: dict[str, Any]) -> str:
     cpu = src["cpu_per_1m"]
     groups = ", ".join(f"{g} {v}" for g, v in cpu.items() if g not in ("total", "source"))
     return (
-        f"[{label}] {src['rows']} rows in {src['seconds']}s ({src['batches']} batches): "
+        f"[{label}] {src['timed_rows']} rows in {src['seconds']}s ({src['batches']} batches"
+        + (f", {src['rows']} rows read in all" if src["rows"] != src["timed_rows"] else "")
+        + "): "
         f"{src['rows_per_s']} rows/s overall, {src['steady_rows_per_s']} rows/s steady "
         f"(startup {src['startup_s']}s, first batch {src['first_batch_rows']} rows in "
         f"{src['first_batch_s']}s; CPU-s per 1M rows: {groups}; the source's own {cpu['source']}, "
