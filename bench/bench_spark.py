@@ -178,8 +178,17 @@ GROUPS = (
     ("jvm", ("java",)),
     ("driver python", ("bin/nsq_spark",)),  # a --copies application's driver
 )
+#: The fork server (nsqpy.spark.forkserver) and its children, by their names (comm).
+FORK_SERVER = "nsqpy.spark.forkserver"
+FORKED = {
+    "python_streamin": "source runner",
+    "worker": "read workers",
+    "create_data_sou": "planners",
+    "plan_data_sourc": "planners",
+    "lookup_data_sou": "planners",
+}
 #: The groups that are the ``nsq`` source's own processes (the issue's target).
-SOURCE_GROUPS = ("source runner", "read workers", "planners")
+SOURCE_GROUPS = ("source runner", "read workers", "planners", "fork server")
 _TCK = os.sysconf("SC_CLK_TCK")
 
 
@@ -190,6 +199,14 @@ def _stat_fields(pid: str) -> list[str] | None:
     except OSError:
         return None
     return text.rsplit(")", 1)[1].split()
+
+
+def _comm(pid: int) -> str:
+    try:
+        with open(f"/proc/{pid}/comm") as f:
+            return f.read().strip()
+    except OSError:
+        return ""
 
 
 def _cmdline(pid: int) -> str:
@@ -221,6 +238,9 @@ class CpuSampler:
         if pid == self.nsqd_pid:
             return "nsqd"
         cmd = _cmdline(pid)
+        if FORK_SERVER in cmd:
+            # the fork server's children keep its command line; their name says what they run
+            return FORKED.get(_comm(pid), "fork server")
         for name, needles in GROUPS:
             if any(n in cmd for n in needles):
                 return name
@@ -897,7 +917,8 @@ def main(argv: list[str] | None = None) -> int:
             conf[key] = value
         t0 = time.perf_counter()
         spark = make_session(args.master, app_name="bench_spark", conf=conf)
-        print(f"# SparkSession {args.master} in {time.perf_counter() - t0:.1f}s", flush=True)
+        results["session_s"] = round(time.perf_counter() - t0, 2)
+        print(f"# SparkSession {args.master} in {results['session_s']}s", flush=True)
         if not args.skip_source and not runtime and args.warmup:
             warm_args = argparse.Namespace(**{**vars(args), "count": 10_000, "max_records_per_batch": 10_000})
             run_source(

@@ -215,3 +215,41 @@ def test_python_processes_run_without_the_spark_core_jar(spark: Any) -> None:
     df = spark.read.format("nsqpy_test_jar").load()
     assert df.schema.names == ["clean"]
     assert [r[0] for r in df.collect()] == ["clean", "clean"]
+
+
+def test_python_processes_are_forked_from_the_preloaded_interpreter(spark: Any) -> None:
+    """The data source's planner and the read workers are children of the session's fork
+    server (nsqpy.spark.forkserver), not new interpreters: they keep its command line, and
+    pyspark is imported already."""
+
+    def _origin() -> str:
+        import os as o
+
+        with open(f"/proc/{o.getpid()}/cmdline", "rb") as f:
+            cmdline = f.read()
+        with open(f"/proc/{o.getpid()}/comm") as f:
+            comm = f.read().strip()
+        return f"forked:{comm}" if b"nsqpy.spark.forkserver" in cmdline else "new"
+
+    class _OriginReader(DataSourceReader):
+        def partitions(self) -> list[InputPartition]:
+            return [InputPartition(0), InputPartition(1)]
+
+        def read(self, partition: InputPartition) -> Any:
+            yield (_origin(),)
+
+    class _OriginSource(DataSource):
+        @classmethod
+        def name(cls) -> str:
+            return "nsqpy_test_origin"
+
+        def schema(self) -> str:
+            return "forked STRING" if _origin().startswith("forked") else "new STRING"
+
+        def reader(self, schema: Any) -> DataSourceReader:
+            return _OriginReader()
+
+    spark.dataSource.register(_OriginSource)
+    df = spark.read.format("nsqpy_test_origin").load()
+    assert df.schema.names == ["forked"]
+    assert [r[0] for r in df.collect()] == ["forked:worker", "forked:worker"]

@@ -23,6 +23,9 @@ try:
 except ImportError as exc:  # pragma: no cover - depends on the install
     raise ImportError("nsqpy.spark needs pyspark: pip install 'nsqpy[spark]'") from exc
 
+from . import _launch, forkserver
+from .forkserver import ForkServer
+
 
 def _is_this_interpreter(python: str) -> bool:
     found = shutil.which(python)
@@ -146,21 +149,38 @@ def spark_home_without_zips(home: str, parent: str | None = None) -> str | None:
 # launcher in it (``PYSPARK_PYTHON``, for the JVM and the SparkContext) that drops that jar
 # from PYTHONPATH and execs this interpreter. Only for a local master or a standalone one on
 # loopback: executors elsewhere could not run a launcher that lives on this machine.
+#
+# --- ... and forked from an interpreter that has imported them already -------------------------
+#
+# Each of those processes still paid a new interpreter and pyspark's import (~0.1 s of CPU),
+# and the forks of pyarrow and this package: on 2 cores, with the JVM's compiler busy, a
+# second or so of a cold query's start. The launcher asks a fork server started with the
+# session (:mod:`.forkserver`), which imported all of that once, for each ``-m pyspark.…``
+# process, and runs the interpreter itself whenever the server could not stand in for it.
 
 LAUNCHER = "nsqpy-python"
+#: Set to 0, make_session starts no fork server (:mod:`.forkserver`): every Python process
+#: Spark starts is a new interpreter.
+FORK_SERVER_ENV = "NSQPY_FORK_SERVER"
 
 
-def python_launcher(directory: str, python: str) -> str | None:
-    """Write ``directory/nsqpy-python``: a shell script that runs ``python`` with every
-    ``spark-core_*.jar`` entry removed from PYTHONPATH (the others kept, in order). Returns
-    its path; None (nothing written) where it could not run: a file system mounted noexec,
-    or no /bin/sh."""
+def can_run_launcher(directory: str) -> bool:
+    """Whether a launcher written in ``directory`` could run: /bin/sh exists and the file
+    system is not mounted noexec."""
     if not os.path.exists("/bin/sh"):
-        return None
+        return False
     try:
-        if os.statvfs(directory).f_flag & os.ST_NOEXEC:
-            return None
+        return not os.statvfs(directory).f_flag & os.ST_NOEXEC
     except OSError:
+        return False
+
+
+def python_launcher(directory: str, python: str, fork_server: ForkServer | None = None) -> str | None:
+    """Write ``directory/nsqpy-python``: a shell script that runs ``python`` with every
+    ``spark-core_*.jar`` entry removed from PYTHONPATH (the others kept, in order), through
+    ``fork_server`` when one is given (:mod:`._launch`). Returns its path; None (nothing
+    written) where it could not run: a file system mounted noexec, or no /bin/sh."""
+    if not can_run_launcher(directory):
         return None
     path = os.path.join(directory, LAUNCHER)
     script = (
@@ -178,8 +198,13 @@ def python_launcher(directory: str, python: str) -> str | None:
         "done\n"
         "unset IFS\n"
         "if [ $first = 0 ]; then PYTHONPATH=$kept; export PYTHONPATH; else unset PYTHONPATH; fi\n"
-        f'exec {shlex.quote(python)} "$@"\n'
     )
+    if fork_server is None:
+        script += f'exec {shlex.quote(python)} "$@"\n'
+    else:
+        socket_path, fingerprint_path = fork_server.socket_path, fork_server.fingerprint_path
+        args = (python, "-IS", _launch.__file__, socket_path, fingerprint_path, python, "pyspark.")
+        script += f'exec {" ".join(shlex.quote(a) for a in args)} "$@"\n'
     try:
         with open(path, "w", encoding="utf-8") as f:
             f.write(script)
@@ -333,7 +358,13 @@ def make_session(
             # for as long as it runs, so they go when this interpreter exits
             atexit.register(shutil.rmtree, shadow, True)
             os.environ["SPARK_HOME"] = shadow
-            launcher = python_launcher(shadow, sys.executable) if local or _on_loopback(master) else None
+            launcher = None
+            if local or _on_loopback(master):
+                wanted = os.environ.get(FORK_SERVER_ENV, "1") != "0"
+                server = forkserver.start(shadow) if wanted and can_run_launcher(shadow) else None
+                if server is not None:
+                    atexit.register(server.stop)  # after the JVM's stop (last in, first out)
+                launcher = python_launcher(shadow, sys.executable, server)
             if launcher is not None:
                 # the JVM (data source lookup) and the SparkContext (every Python function)
                 # read it when they start; the user's environment gets its own value back
