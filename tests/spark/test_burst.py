@@ -73,6 +73,9 @@ def test_columns_match_the_frame_reader(seed: int, scan: str, monkeypatch: pytes
         )
     )
     assert got == want_msgs
+    # the FIN command of every message, and how many were delivered before
+    assert burst.fins() == b"".join(b"FIN %s\n" % m[0].encode() for m in want_msgs)
+    assert burst.again == sum(m[2] > 1 for m in want_msgs) > 0
 
 
 @pytest.mark.parametrize("seed", range(20))

@@ -465,7 +465,7 @@ def test_spooled_messages_nsqd_delivers_again_are_fin_d_not_spooled_again(
     from nsqpy.spark import consumer
 
     n = 600  # within one RDY window: nsqd keeps them in flight, unFIN'd
-    monkeypatch.setattr(consumer, "fin_command", lambda ids: b"")  # the FINs never leave
+    monkeypatch.setattr(consumer.Burst, "fins", lambda self: b"")  # the FINs never leave
     spool = tmp_path / "spool"
     rt = _runtime(unique_topic, nsqd_server, spool, maxInFlight="1000")
     try:

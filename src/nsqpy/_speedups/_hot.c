@@ -1042,10 +1042,11 @@ split_records(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
 /* --- scan_frames --------------------------------------------------------------------------- */
 
 PyDoc_STRVAR(scan_frames_doc,
-"scan_frames(data, max_size) -> (pos, runs, timestamps, attempts, others) | None\n\n"
+"scan_frames(data, max_size) -> (pos, runs, timestamps, attempts, fins, again, others) | None\n\n"
 "Walk the complete server frames of data (bytes) from its start. runs: for each run of\n"
 "consecutive message frames, its int32 native offsets into data (every frame's start, then\n"
 "the run's end); timestamps: native int64 (ns) and attempts: native int32, one per message;\n"
+"fins: 'FIN <id>\\n' for every message; again: how many messages have attempts > 1;\n"
 "others: [(frame type, payload)] of the other frames; pos: where the first incomplete frame\n"
 "starts. None if scan_frames_py would raise (a bad frame or message size).");
 
@@ -1082,19 +1083,24 @@ scan_frames(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
     }
     /* at most this many message frames fit in data */
     Py_ssize_t cap = end / (4 + HEADER_SIZE) + 1;
+    /* "FIN " + id + "\n" */
+    Py_ssize_t fin_len = 4 + ID_LEN + 1;
     PyObject *ts = PyBytes_FromStringAndSize(NULL, cap * 8);
     PyObject *att = PyBytes_FromStringAndSize(NULL, cap * 4);
+    PyObject *fins = PyBytes_FromStringAndSize(NULL, cap * fin_len);
     PyObject *runs = PyList_New(0);
     PyObject *others = PyList_New(0);
     int32_t *offs = PyMem_Malloc((size_t)(cap + 1) * sizeof(int32_t));
     PyObject *result = NULL;
-    if (ts == NULL || att == NULL || runs == NULL || others == NULL || offs == NULL) {
+    if (ts == NULL || att == NULL || fins == NULL || runs == NULL || others == NULL || offs == NULL) {
         if (offs == NULL)
             PyErr_NoMemory();
         goto done;
     }
     int64_t *tsw = (int64_t *)PyBytes_AS_STRING(ts);
     int32_t *attw = (int32_t *)PyBytes_AS_STRING(att);
+    char *finw = PyBytes_AS_STRING(fins);
+    Py_ssize_t again = 0;   /* messages with attempts > 1 */
     Py_ssize_t n = 0;       /* messages */
     Py_ssize_t run = 0;     /* messages in the open run */
     Py_ssize_t pos = 0;
@@ -1120,6 +1126,11 @@ scan_frames(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
             offs[run++] = (int32_t)pos;
             tsw[n] = get_i64(buf + pos + 8);
             attw[n] = (int32_t)(((uint32_t)buf[pos + 16] << 8) | buf[pos + 17]);
+            again += attw[n] > 1;
+            char *f = finw + n * fin_len;
+            memcpy(f, "FIN ", 4);
+            memcpy(f + 4, buf + pos + 8 + ID_AT, (size_t)ID_LEN);
+            f[4 + ID_LEN] = '\n';
             n++;
         } else {
             if (run && close_run(runs, offs, run, pos) < 0)
@@ -1141,13 +1152,15 @@ scan_frames(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
     }
     if (run && close_run(runs, offs, run, pos) < 0)
         goto done;
-    if (_PyBytes_Resize(&ts, n * 8) < 0 || _PyBytes_Resize(&att, n * 4) < 0)
+    if (_PyBytes_Resize(&ts, n * 8) < 0 || _PyBytes_Resize(&att, n * 4) < 0 ||
+        _PyBytes_Resize(&fins, n * fin_len) < 0)
         goto done;
-    result = Py_BuildValue("(nOOOO)", pos, runs, ts, att, others);
+    result = Py_BuildValue("(nOOOOnO)", pos, runs, ts, att, fins, again, others);
 done:
     PyMem_Free(offs);
     Py_XDECREF(ts);
     Py_XDECREF(att);
+    Py_XDECREF(fins);
     Py_XDECREF(runs);
     Py_XDECREF(others);
     return result;

@@ -5,8 +5,9 @@
 (one ``struct`` call per frame). Each run of consecutive message frames becomes one Arrow
 binary array over the received bytes without a copy (the frames are contiguous, so their
 start positions are the array's offsets), and ids and bodies are cut out of it by Arrow
-kernels; timestamps and attempts arrive as native integer buffers. The FIN command for a
-whole chunk is built the same way.
+kernels; timestamps and attempts arrive as native integer buffers, and the burst's FIN
+command (``FIN <id>\n`` per message: :data:`FIN_LINE` bytes each, so a part of the burst is
+a slice of it) is built by the same scan.
 """
 
 from __future__ import annotations
@@ -28,6 +29,8 @@ _FRAME = struct.Struct(">Ii")  # size, frame type
 ID_AT = 4 + 4 + 8 + 2
 BODY_AT = ID_AT + MSG_ID_LENGTH
 _END = 2**31 - 1
+#: The length of one message's ``FIN <id>\n``.
+FIN_LINE = len(b"FIN ") + MSG_ID_LENGTH + 1
 
 
 class Burst:
@@ -35,10 +38,14 @@ class Burst:
 
     def __init__(self) -> None:
         self.runs: list[pa.Array] = []  # whole message frames, binary
-        #: native int64 timestamps (ns) and int32 attempts, one buffer per feed
+        #: native int64 timestamps (ns) and int32 attempts, and the FIN lines, one buffer
+        #: per feed
         self.ts_parts: list[Any] = []
         self.att_parts: list[Any] = []
+        self.fin_parts: list[bytes] = []
         self.n = 0
+        #: messages delivered before (attempts > 1): only those can be redeliveries
+        self.again = 0
 
     def __len__(self) -> int:
         return self.n
@@ -52,6 +59,10 @@ class Burst:
         ts = ts.cast(_TS_US, safe=False)
         attempts = pa.Array.from_buffers(pa.int32(), self.n, [None, _joined(self.att_parts)])
         return ids, ts, attempts, bodies
+
+    def fins(self) -> bytes:
+        """``FIN <id>\n`` for every message, in order (FIN_LINE bytes each)."""
+        return self.fin_parts[0] if len(self.fin_parts) == 1 else b"".join(self.fin_parts)
 
 
 _TS_NS = pa.timestamp("ns", tz="UTC")
@@ -112,7 +123,7 @@ class BurstReader:
         scanned = scan_frames(data, max_size)
         if scanned is None:  # the compiled scan found a bad frame: the reference says which
             scanned = scan_frames_py(data, max_size)
-        pos, runs, ts, attempts, others = scanned
+        pos, runs, ts, attempts, fins, again, others = scanned
         if runs:
             buf = pa.py_buffer(data)
             for offsets in runs:
@@ -120,20 +131,23 @@ class BurstReader:
                 burst.runs.append(pa.Array.from_buffers(pa.binary(), n, [None, pa.py_buffer(offsets), buf]))
             burst.ts_parts.append(ts)
             burst.att_parts.append(attempts)
+            burst.fin_parts.append(fins)
             burst.n += len(attempts) // 4
+            burst.again += again
         self._pending.keep(data, pos)
         return others
 
 
-Scanned = tuple[int, list[bytes], bytes, bytes, list[tuple[int, bytes]]]
+Scanned = tuple[int, list[bytes], bytes, bytes, bytes, int, list[tuple[int, bytes]]]
 
 
 def scan_frames_py(data: bytes, max_size: int) -> Scanned:
-    """``(pos, runs, timestamps, attempts, others)`` of the complete frames in ``data``: per
-    run of consecutive message frames, its int32 offsets into ``data`` (each frame's start,
-    then the run's end); native int64 timestamps (ns) and int32 attempts per message; the
-    other frames as ``(type, payload)``; ``pos``: where the first incomplete frame starts.
-    Raises ValueError on a bad frame or message size. The reference of the compiled
+    """``(pos, runs, timestamps, attempts, fins, again, others)`` of the complete frames in
+    ``data``: per run of consecutive message frames, its int32 offsets into ``data`` (each
+    frame's start, then the run's end); native int64 timestamps (ns) and int32 attempts per
+    message; ``FIN <id>\n`` per message; how many messages have attempts > 1; the other
+    frames as ``(type, payload)``; ``pos``: where the first incomplete frame starts. Raises
+    ValueError on a bad frame or message size. The reference of the compiled
     ``scan_frames``."""
     unpack_header = _HEADER.unpack_from
     unpack_frame = _FRAME.unpack_from
@@ -143,6 +157,8 @@ def scan_frames_py(data: bytes, max_size: int) -> Scanned:
     ts_append = ts_out.append
     att_append = att_out.append
     others: list[tuple[int, bytes]] = []
+    fins = bytearray()
+    again = 0
     starts = array("i")
     pos = 0
     end = len(data)
@@ -165,6 +181,8 @@ def scan_frames_py(data: bytes, max_size: int) -> Scanned:
             starts.append(pos)
             ts_append(ts)
             att_append(attempts)
+            fins += b"FIN " + data[pos + ID_AT : pos + BODY_AT] + b"\n"
+            again += attempts > 1
         else:
             if starts:
                 starts.append(pos)
@@ -175,7 +193,7 @@ def scan_frames_py(data: bytes, max_size: int) -> Scanned:
     if starts:
         starts.append(pos)
         runs.append(starts.tobytes())
-    return pos, runs, ts_out.tobytes(), att_out.tobytes(), others
+    return pos, runs, ts_out.tobytes(), att_out.tobytes(), bytes(fins), again, others
 
 
 #: The compiled scan when built (it returns None on a bad frame, and

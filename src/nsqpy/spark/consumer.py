@@ -24,7 +24,7 @@ from nsqpy.protocol.discovery import lookup_headers, lookup_url, producers
 from nsqpy.protocol.errors import ProtocolError
 from nsqpy.transport import TransportError
 
-from .burst import Burst, BurstReader, fin_command, req_command
+from .burst import FIN_LINE, Burst, BurstReader, fin_command, req_command
 from .nsqconn import BlockingConnection, http_get_json, stats_url
 from .source import KEEP_WINDOWS, SourceOptions, admit
 from .spool import ARROW_SCHEMA, Chunk, OpenChunk, Spool
@@ -331,7 +331,9 @@ class Consumer(threading.Thread):
         burst, self._burst = self._burst, Burst()
         self._burst_first_at = self._first_at
         ids, tss, atts, bodies = burst.columns()
-        again = self.rt.spool.redeliveries(self.tcp_address, ids, atts)
+        fins = burst.fins()
+        # only messages delivered before (attempts > 1) can be redeliveries
+        again = self.rt.spool.redeliveries(self.tcp_address, ids, atts) if burst.again else []
         if again:
             log.info(
                 "nsq source: nsqd %s delivered %d message(s) already spooled again: FIN'd, not emitted twice",
@@ -346,10 +348,13 @@ class Consumer(threading.Thread):
             self._delivered(len(again))  # counts for availableNow
             keep = pc.invert(pc.is_in(pa.array(range(len(ids)), pa.int64()), value_set=dup))
             ids, tss, atts, bodies = (c.filter(keep) for c in (ids, tss, atts, bodies))
+            fins = fin_command(ids)
         pos, n = 0, len(ids)
         while pos < n:
             room = self._seal_rows() - (self._open.rows if self._open is not None else 0)
-            self._write_chunk(*(c.slice(pos, room) for c in (ids, tss, atts, bodies)))
+            fin = fins if pos == 0 and room >= n else fins[pos * FIN_LINE : (pos + room) * FIN_LINE]
+            part = [c.slice(pos, room) for c in (ids, tss, atts, bodies)]
+            self._write_chunk(part[0], part[1], part[2], part[3], fin)
             pos += room
 
     def _fresh(self) -> bool:
@@ -371,7 +376,10 @@ class Consumer(threading.Thread):
         if self.rt.spool.seal(oc) is not None:
             self.rt.chunk_sealed()
 
-    def _write_chunk(self, ids: pa.Array, tss: pa.Array, atts: pa.Array, bodies: pa.Array) -> None:
+    def _write_chunk(
+        self, ids: pa.Array, tss: pa.Array, atts: pa.Array, bodies: pa.Array, fin: bytes
+    ) -> None:
+        """Append these rows to the open chunk; then send ``fin`` (their FIN command)."""
         n = len(ids)
         if not n:
             return
@@ -401,7 +409,7 @@ class Consumer(threading.Thread):
             )
             self.conn.send(req_command(ids))
             return
-        self.conn.send(fin_command(ids))
+        self.conn.send(fin)
         self.persisted += n
         if self._open.rows >= self._seal_rows():
             self._seal()
