@@ -495,6 +495,11 @@ def run_source(
     later = timed[1:]
     steady_rows = sum(p["numInputRows"] for p in later)
     steady_s = sum(p["durationMs"]["triggerExecution"] for p in later) / 1000
+    # where the steady batches' time went, per phase of a trigger (ms, summed)
+    steady_ms: dict[str, int] = {}
+    for p in later:
+        for phase, ms in p["durationMs"].items():
+            steady_ms[phase] = steady_ms.get(phase, 0) + int(ms)
     if out is None:  # noop: the source's own row count (no duplicates check possible)
         total = distinct = rows
     else:
@@ -520,6 +525,7 @@ def run_source(
         "first_batch_rows": batches[0]["numInputRows"] if batches else None,
         "first_batch_s": round(batches[0]["durationMs"]["triggerExecution"] / 1000, 2) if batches else None,
         "first_batch_ms": batches[0]["durationMs"] if batches else None,
+        "steady_ms": steady_ms,
         "batch_rows": [p["numInputRows"] for p in batches],
         "batch_s": [round(p["durationMs"]["triggerExecution"] / 1000, 2) for p in batches],
         # all processes' CPU over the query, and per 1M rows per group

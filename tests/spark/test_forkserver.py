@@ -59,6 +59,9 @@ PROBE = textwrap.dedent(
         import signal
         ign = signal.SIG_IGN
         print(signal.getsignal(signal.SIGTERM) == ign, signal.getsignal(signal.SIGINT) == ign)
+    elif what == "limits":
+        import resource
+        print(resource.getrlimit(resource.RLIMIT_NOFILE)[0], resource.getrlimit(resource.RLIMIT_CORE)[0])
     elif what == "unbuffered":
         sys.stdout.write("written, not flushed\\n")
         os._exit(0)
@@ -180,7 +183,7 @@ def _gone(pid: int) -> bool:
     try:
         with open(f"/proc/{pid}/stat") as f:
             return f.read().rsplit(")", 1)[1].split()[0] == "Z"
-    except FileNotFoundError:
+    except (FileNotFoundError, ProcessLookupError):  # gone before or while it was read
         return True
 
 
@@ -204,6 +207,22 @@ def test_signals_ignored_by_the_launcher_are_ignored_by_the_process(
     assert info["forked"] and (code, out) == (0, "True False\n")
     code, info, out, _ = run(server, probe_dir, "signals")
     assert info["forked"] and (code, out) == (0, "False False\n")
+
+
+def test_the_launchers_resource_limits_are_the_processes(
+    server: forkserver.ForkServer, probe_dir: Path
+) -> None:
+    import resource
+
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    want = min(soft, 256) if soft != resource.RLIM_INFINITY else 256
+
+    def lower() -> None:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (want, hard))
+        resource.setrlimit(resource.RLIMIT_CORE, (0, resource.getrlimit(resource.RLIMIT_CORE)[1]))
+
+    code, info, out, _ = run(server, probe_dir, "limits", preexec_fn=lower)
+    assert info["forked"] and (code, out) == (0, f"{want} 0\n")
 
 
 def test_the_process_dies_with_its_launcher(server: forkserver.ForkServer, probe_dir: Path) -> None:
@@ -268,9 +287,9 @@ def test_process_name() -> None:
 def test_requests_round_trip() -> None:
     env = {b"A": b"1=2", b"PYTHONPATH": b"/x:/y", b"E": b""}
     argv = [b"-m", b"pyspark.worker", b"\xff"]
-    req = _launch.encode_request(argv, env, b"/tmp/d", [2, 15])
-    assert _launch.decode_request(req[4:]) == (argv, env, b"/tmp/d", [2, 15])
-    assert _launch.decode_request(_launch.encode_request(argv, {}, b"/")[4:]) == (argv, {}, b"/", [])
+    req = _launch.encode_request(argv, env, b"/tmp/d", [2, 15], {7: 4096, 4: -1})
+    assert _launch.decode_request(req[4:]) == (argv, env, b"/tmp/d", [2, 15], {7: 4096, 4: -1})
+    assert _launch.decode_request(_launch.encode_request(argv, {}, b"/")[4:]) == (argv, {}, b"/", [], {})
     for bad in (b"junk\0/tmp\0\0" + b"1", req[4:-3], req[4:].replace(b"A=1=2", b"A12"), b""):
         with pytest.raises(ValueError):
             _launch.decode_request(bad)

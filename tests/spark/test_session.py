@@ -179,8 +179,35 @@ def test_python_launcher_not_written_where_it_could_not_run(
     assert not (tmp_path / LAUNCHER).exists()
 
 
+def _ask_spark_processes(spark: Any, name: str, probe: Any) -> tuple[str, list[str]]:
+    """What ``probe()`` (pickled by value) answers in the planner process that asks a data
+    source for its schema, and in the read workers of its two partitions."""
+
+    class _ProbeReader(DataSourceReader):
+        def partitions(self) -> list[InputPartition]:
+            return [InputPartition(0), InputPartition(1)]
+
+        def read(self, partition: InputPartition) -> Any:
+            yield (probe(),)
+
+    class _ProbeSource(DataSource):
+        @classmethod
+        def name(cls) -> str:
+            return name
+
+        def schema(self) -> str:
+            return f"`{probe()}` STRING"
+
+        def reader(self, schema: Any) -> DataSourceReader:
+            return _ProbeReader()
+
+    spark.dataSource.register(_ProbeSource)
+    df = spark.read.format(name).load()
+    return df.schema.names[0], [r[0] for r in df.collect()]
+
+
 def test_python_processes_run_without_the_spark_core_jar(spark: Any) -> None:
-    # defined here, so that they are pickled by value to Spark's Python processes
+    # defined here, so that it is pickled by value to Spark's Python processes
     def _no_spark_jar() -> str:
         """'clean' when this process has no spark-core jar on sys.path and no zip importer
         (which would have read a zip's directory), else what it has."""
@@ -190,31 +217,7 @@ def test_python_processes_run_without_the_spark_core_jar(spark: Any) -> None:
         zips = [k for k, v in s.path_importer_cache.items() if type(v).__name__ == "zipimporter"]
         return "clean" if not jars and not zips else f"{jars} {zips}"
 
-    class _JarReader(DataSourceReader):
-        def partitions(self) -> list[InputPartition]:
-            return [InputPartition(0), InputPartition(1)]
-
-        def read(self, partition: InputPartition) -> Any:
-            yield (_no_spark_jar(),)
-
-    class _JarSource(DataSource):
-        """The schema (from the planner process) and the rows (from the read workers) say
-        whether those processes have the spark-core jar on their path."""
-
-        @classmethod
-        def name(cls) -> str:
-            return "nsqpy_test_jar"
-
-        def schema(self) -> str:
-            return "clean STRING" if _no_spark_jar() == "clean" else "jar STRING"
-
-        def reader(self, schema: Any) -> DataSourceReader:
-            return _JarReader()
-
-    spark.dataSource.register(_JarSource)
-    df = spark.read.format("nsqpy_test_jar").load()
-    assert df.schema.names == ["clean"]
-    assert [r[0] for r in df.collect()] == ["clean", "clean"]
+    assert _ask_spark_processes(spark, "nsqpy_test_jar", _no_spark_jar) == ("clean", ["clean", "clean"])
 
 
 def test_python_processes_are_forked_from_the_preloaded_interpreter(spark: Any) -> None:
@@ -231,25 +234,6 @@ def test_python_processes_are_forked_from_the_preloaded_interpreter(spark: Any) 
             comm = f.read().strip()
         return f"forked:{comm}" if b"nsqpy.spark.forkserver" in cmdline else "new"
 
-    class _OriginReader(DataSourceReader):
-        def partitions(self) -> list[InputPartition]:
-            return [InputPartition(0), InputPartition(1)]
-
-        def read(self, partition: InputPartition) -> Any:
-            yield (_origin(),)
-
-    class _OriginSource(DataSource):
-        @classmethod
-        def name(cls) -> str:
-            return "nsqpy_test_origin"
-
-        def schema(self) -> str:
-            return "forked STRING" if _origin().startswith("forked") else "new STRING"
-
-        def reader(self, schema: Any) -> DataSourceReader:
-            return _OriginReader()
-
-    spark.dataSource.register(_OriginSource)
-    df = spark.read.format("nsqpy_test_origin").load()
-    assert df.schema.names == ["forked"]
-    assert [r[0] for r in df.collect()] == ["forked:worker", "forked:worker"]
+    planner, workers = _ask_spark_processes(spark, "nsqpy_test_origin", _origin)
+    assert planner == "forked:create_data_sou"
+    assert workers == ["forked:worker", "forked:worker"]

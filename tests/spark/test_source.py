@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -443,6 +444,54 @@ def _runtime(topic: str, nsqd: Any, spool: Path, **extra: str) -> Any:
     return rt
 
 
+def test_committed_chunks_go_in_the_background_and_before_the_query_stops(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """commit() returns at once; the chunks up to the offset go soon after (the record of ids
+    saved first), the later ones stay, and stop() waits for a deletion still pending."""
+    from nsqpy.spark.consumer import Runtime
+
+    spool = tmp_path / "spool"
+    opts = SourceOptions.parse({"topic": "t", "nsqdTcpAddresses": "127.0.0.1:1", "spoolPath": str(spool)})
+    rt = Runtime(opts, 0, available_now=False)  # not started: no connection
+    for _ in range(6):
+        rt.spool.write(_batch(10))
+    rt.committed(2)
+    wait_for(lambda: [c.seq for c in list_chunks(str(spool))] == [3, 4, 5, 6], what="chunks 1-2 deleted")
+    assert (spool / "redelivery-ids.arrow").exists()
+    # a deletion the next commit asks for while the disk is slow is still done by stop()
+    slow = threading.Event()
+    real = Spool.delete_upto
+
+    def delete_slowly(self: Spool, seq: int) -> int:
+        slow.wait(5)
+        return real(self, seq)
+
+    monkeypatch.setattr(Spool, "delete_upto", delete_slowly)
+    rt.committed(5)
+    assert [c.seq for c in list_chunks(str(spool))] == [3, 4, 5, 6]
+    threading.Timer(0.3, slow.set).start()
+    rt.stop()
+    assert [c.seq for c in list_chunks(str(spool))] == [6]
+
+
+def test_a_commit_that_cannot_delete_fails_the_query(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from nsqpy.spark.consumer import Runtime
+
+    opts = SourceOptions.parse({"topic": "t", "nsqdTcpAddresses": "127.0.0.1:1", "spoolPath": str(tmp_path)})
+    rt = Runtime(opts, 0, available_now=False)
+    rt.spool.write(_batch(10))
+
+    def no_space(self: Spool, seq: int) -> int:
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(Spool, "delete_upto", no_space)
+    rt.committed(1)
+    with pytest.raises(RuntimeError, match=r"deleting committed spool chunks failed: .*No space left"):
+        wait_for(lambda: rt.raise_if_failed() or False, what="the failure reported", timeout=10)
+    rt.stop()
+
+
 def _die(rt: Any) -> None:
     """The runtime's connections drop as if the driver died: no CLS, no goodbye."""
     with rt.cond:
@@ -471,7 +520,9 @@ def test_spooled_messages_nsqd_delivers_again_are_fin_d_not_spooled_again(
     try:
         publish(nsqd_server, unique_topic, [b"m%05d" % i for i in range(n // 2)])
         wait_for(lambda: rt.spool.rows_after(0) == n // 2, what="the first half spooled")
-        rt.committed(rt.spool.last_seq)  # a batch committed: its chunk files go
+        done = rt.spool.last_seq
+        rt.committed(done)  # a batch committed: its chunk files go (in the background)
+        wait_for(lambda: not list_chunks(str(spool), 0, done), what="the committed chunks deleted")
         publish(nsqd_server, unique_topic, [b"m%05d" % i for i in range(n // 2, n)])
         wait_for(lambda: rt.spool.rows_after(0) == n // 2, what="the second half spooled")
     finally:

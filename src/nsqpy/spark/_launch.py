@@ -9,7 +9,8 @@ Spark gave (``-m pyspark.daemon pyspark.worker``, ...).
 A ``-m PREFIX…`` process (``pyspark.``: Spark's own) whose environment matches the fork
 server's (FINGERPRINT, see :func:`fingerprint`) is asked of the fork server at SOCKET: it
 forks a child of its preloaded interpreter with this process's standard streams,
-environment, working directory, arguments and ignored signals, and this process stands in
+environment, working directory, arguments, ignored signals and resource limits, and this
+process stands in
 for it until it ends: signals sent to it are passed on, and it exits as the child did.
 Anything else, or a fork server that does not answer, runs the interpreter PYTHON as usual
 (exec), so nothing changes but the time it takes.
@@ -18,6 +19,7 @@ Anything else, or a fork server that does not answer, runs the interpreter PYTHO
 from __future__ import annotations
 
 import os
+import resource
 import signal
 import socket
 import struct
@@ -37,7 +39,16 @@ _STARTUP_VARS = (b"LANG", b"LC_ALL", b"LC_CTYPE")
 #: this process's connection closes before it ended), and whose disposition the child
 #: inherits when this process was started with it ignored.
 FORWARDED = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGQUIT, signal.SIGUSR1, signal.SIGUSR2)
-MAGIC = b"NSQPYFS1"
+#: Soft resource limits the child takes from this process (the JVM raises its open files'
+#: soft limit, and its children inherit that): open files, core and file sizes, memory.
+LIMITS = (
+    resource.RLIMIT_NOFILE,
+    resource.RLIMIT_CORE,
+    resource.RLIMIT_FSIZE,
+    resource.RLIMIT_AS,
+    resource.RLIMIT_DATA,
+)
+MAGIC = b"NSQPYFS2"
 #: Messages from the fork server: the child's pid, its wait status; a refusal.
 STARTED, ENDED, REFUSED = b"P", b"X", b"E"
 #: A message to it: pass a signal on.
@@ -73,29 +84,37 @@ def matches(environ: Mapping[bytes, bytes], expected: bytes) -> bool:
 
 
 def encode_request(
-    argv: list[bytes], environ: Mapping[bytes, bytes], cwd: bytes, ignored: Iterable[int] = ()
+    argv: list[bytes],
+    environ: Mapping[bytes, bytes],
+    cwd: bytes,
+    ignored: Iterable[int] = (),
+    limits: Mapping[int, int] | None = None,
 ) -> bytes:
     """The request a launcher sends (its descriptors 0, 1 and 2 go along): NUL-separated
     fields after their length."""
-    fields = [MAGIC, cwd, b",".join(b"%d" % s for s in ignored), b"%d" % len(argv), *argv]
+    lims = b",".join(b"%d:%d" % kv for kv in (limits or {}).items())
+    fields = [MAGIC, cwd, b",".join(b"%d" % s for s in ignored), lims, b"%d" % len(argv), *argv]
     fields += [b"%d" % len(environ)] + [k + b"=" + v for k, v in environ.items()]
     body = b"\0".join(fields)
     return struct.pack("!I", len(body)) + body
 
 
-def decode_request(body: bytes) -> tuple[list[bytes], dict[bytes, bytes], bytes, list[int]]:
-    """``(argv, environ, cwd, ignored signals)`` of a request body (ValueError if it is not
-    one)."""
+def decode_request(
+    body: bytes,
+) -> tuple[list[bytes], dict[bytes, bytes], bytes, list[int], dict[int, int]]:
+    """``(argv, environ, cwd, ignored signals, soft resource limits)`` of a request body
+    (ValueError if it is not one)."""
     fields = body.split(b"\0")
     try:
         if fields[0] != MAGIC:
             raise ValueError("not a fork server request")
         cwd = fields[1]
         ignored = [int(s) for s in fields[2].split(b",") if s]
-        n = int(fields[3])
-        argv = fields[4 : 4 + n]
-        m = int(fields[4 + n])
-        items = fields[5 + n :]
+        limits = {int(k): int(v) for k, _, v in (x.partition(b":") for x in fields[3].split(b",") if x)}
+        n = int(fields[4])
+        argv = fields[5 : 5 + n]
+        m = int(fields[5 + n])
+        items = fields[6 + n :]
     except (IndexError, ValueError):
         raise ValueError("malformed fork server request") from None
     if len(argv) != n or len(items) != m:
@@ -106,7 +125,7 @@ def decode_request(body: bytes) -> tuple[list[bytes], dict[bytes, bytes], bytes,
         if not sep:
             raise ValueError("bad environment entry in a fork server request")
         env[key] = value
-    return argv, env, cwd, ignored
+    return argv, env, cwd, ignored, limits
 
 
 def _exec(python: str, args: list[str]) -> NoReturn:
@@ -142,7 +161,8 @@ def main(argv: list[str]) -> NoReturn:
     if not matches(env, want):
         _exec(python, args)
     ignored = [s for s in FORWARDED if signal.getsignal(s) == signal.SIG_IGN]
-    request = encode_request([os.fsencode(a) for a in args], env, os.getcwdb(), ignored)
+    limits = {r: resource.getrlimit(r)[0] for r in LIMITS}
+    request = encode_request([os.fsencode(a) for a in args], env, os.getcwdb(), ignored, limits)
     sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     try:
         sock.connect(sock_path)

@@ -474,6 +474,9 @@ class Runtime:
         # before it could commit them
         self.spool.delete_upto(start)
         self.planned_upto = start
+        #: the highest offset Spark committed, and the thread that deletes up to it
+        self.commit_to = start
+        self._janitor: threading.Thread | None = None
         #: when the last chunk was written (monotonic)
         self.last_chunk_at = 0.0
         self.paused = False
@@ -732,9 +735,38 @@ class Runtime:
                 self._update_backpressure()
 
     def committed(self, end: int) -> None:
-        self.spool.delete_upto(end)
+        """Spark committed the batches up to ``end``: their chunks go, in the background
+        (the record of ids and the directory are synced first: a few milliseconds that
+        the next micro-batch need not wait for). A chunk a crash leaves behind is deleted
+        by the next run, which starts past it."""
         with self.cond:
-            self._update_backpressure()
+            if end <= self.commit_to:
+                return
+            self.commit_to = end
+            if self._janitor is None:
+                self._janitor = threading.Thread(
+                    target=self._delete_committed, name="nsq-source-commit", daemon=True
+                )
+                self._janitor.start()
+            self.cond.notify_all()
+
+    def _delete_committed(self) -> None:
+        done = 0
+        while True:
+            with self.cond:
+                while self.commit_to <= done and not self.stopping:
+                    self.cond.wait()
+                target = self.commit_to
+            if target <= done:
+                return  # stopping, and nothing left to delete
+            try:
+                self.spool.delete_upto(target)
+            except Exception as exc:  # noqa: BLE001 - the query fails with it
+                self.fail(RuntimeError(f"nsq source: deleting committed spool chunks failed: {exc}"))
+                return
+            done = target
+            with self.cond:
+                self._update_backpressure()
 
     def stop(self) -> None:
         with self.cond:
@@ -747,3 +779,5 @@ class Runtime:
             t.join(max(deadline - time.monotonic(), 0.1))
         if self._discovery is not None:
             self._discovery.join(1.0)
+        if self._janitor is not None:  # what was committed goes before the query ends
+            self._janitor.join(max(deadline - time.monotonic(), 1.0))

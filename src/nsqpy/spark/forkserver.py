@@ -8,7 +8,8 @@ first batch, on a machine whose cores the JVM's compiler keeps busy. A fork serv
 with the session imports all of that once; the launcher (:mod:`._launch`, Spark's
 ``PYSPARK_PYTHON``) asks it for each ``python -m pyspark.…`` process, and the server forks
 a child that runs the module with the launcher's standard streams (passed over the Unix
-socket), environment, working directory and arguments, in a process group of its own. The
+socket), environment, working directory, arguments, ignored signals and soft resource
+limits, in a process group of its own. The
 launcher stays as the process Spark knows: signals sent to it reach the child, and it exits
 as the child did. The child dies with the server (``PR_SET_PDEATHSIG``), and is killed when
 its launcher goes first (SIGKILL cannot be passed on).
@@ -28,6 +29,7 @@ import gc
 import importlib
 import io
 import os
+import resource
 import selectors
 import signal
 import socket
@@ -210,7 +212,7 @@ class _Server:
     @staticmethod
     def _read_request(
         conn: socket.socket, fds: list[int]
-    ) -> tuple[list[bytes], dict[bytes, bytes], bytes, list[int]]:
+    ) -> tuple[list[bytes], dict[bytes, bytes], bytes, list[int], dict[int, int]]:
         """Read a request (its descriptors appended to ``fds`` as they come)."""
         data = b""
         need = 4
@@ -229,10 +231,10 @@ class _Server:
                     raise ValueError("request too large")
         if len(fds) != 3:
             raise ValueError(f"{len(fds)} descriptors received, 3 expected")
-        argv, env, cwd, ignored = _launch.decode_request(data[4:need])
+        argv, env, cwd, ignored, limits = _launch.decode_request(data[4:need])
         if len(argv) < 2 or argv[0] != b"-m":
             raise ValueError("not a -m request")
-        return argv, env, cwd, ignored
+        return argv, env, cwd, ignored, limits
 
     # --- the child ---
 
@@ -242,6 +244,7 @@ class _Server:
         env: dict[bytes, bytes],
         cwd: bytes,
         ignored: list[int],
+        limits: dict[int, int],
         fds: list[int],
         conn: socket.socket,
     ) -> None:
@@ -260,6 +263,12 @@ class _Server:
                 else:
                     signal.signal(sig, signal.default_int_handler if sig == signal.SIGINT else signal.SIG_DFL)
             os.setpgid(0, 0)
+            for res, soft in limits.items():
+                _, hard = resource.getrlimit(res)
+                if hard != resource.RLIM_INFINITY and (soft == resource.RLIM_INFINITY or soft > hard):
+                    soft = hard  # as high as this process may go
+                with contextlib.suppress(OSError, ValueError):
+                    resource.setrlimit(res, (soft, hard))
             self.sel.close()
             for s in (self.listener, conn, *self.conns):
                 s.close()
@@ -431,7 +440,13 @@ def start(directory: str, python: str = sys.executable) -> ForkServer | None:
         listener.listen(64)
         fd = listener.fileno()
         proc = subprocess.Popen(
-            [python, "-c", f"from nsqpy.spark.forkserver import serve; serve({fd})"],
+            # without the working directory on its path: it is the mirror of SPARK_HOME, whose
+            # pyspark subpackages (resource, sql, ...) would shadow top-level modules
+            [
+                python,
+                "-c",
+                f"import sys; del sys.path[0]; from nsqpy.spark.forkserver import serve; serve({fd})",
+            ],
             stdin=subprocess.PIPE,
             stdout=subprocess.DEVNULL,
             env=env,

@@ -199,6 +199,9 @@ class Spool:
         self.path = os.path.abspath(path)
         os.makedirs(self.path, exist_ok=True)
         self.lock = threading.Lock()
+        #: held while the record of ids or the marker is written (outside ``lock``), so that
+        #: they are written one at a time, in the order their contents were taken
+        self.saving = threading.Lock()
         #: seq -> rows, and seq -> file name, for every chunk file present
         self.index: dict[int, int] = {}
         self.names: dict[int, str] = {}
@@ -389,21 +392,27 @@ class Spool:
 
     def delete_upto(self, seq: int) -> int:
         """Delete every chunk with sequence number <= ``seq``; returns how many. The record
-        of recent ids is saved first: it must not depend on the files that go."""
-        with self.lock:
-            doomed = [s for s in self.index if s <= seq]
-            if doomed:
-                self._save_ledger()
-            if seq > self.committed and not any(s > seq for s in self.index):
-                # the marker is needed only when no chunk file above `seq` would remain
-                # to carry the numbering over a restart
+        of recent ids is saved first: it must not depend on the files that go. The files
+        are written and synced outside the index's lock: connections keep appending."""
+        with self.saving:
+            with self.lock:
+                doomed = sorted(s for s in self.index if s <= seq)
+                ledger = self._ledger_rows() if doomed else None
+                # the marker is needed only when no chunk file above `seq` would remain to
+                # carry the numbering over a restart
+                marker = seq > self.committed and not any(s > seq for s in self.index)
+            if ledger is not None:
+                self._write_ledger(ledger)
+            if marker:
                 self._write_marker(seq)
-            for s in doomed:
+            with self.lock:
+                names = [self.names.pop(s) for s in doomed]
+                for s in doomed:
+                    self.total_rows -= self.index.pop(s)
+                self.lowest = max(self.lowest, seq + 1)
+            for name in names:
                 with contextlib.suppress(FileNotFoundError):
-                    os.unlink(self._chunk_path(s))
-                self.total_rows -= self.index.pop(s)
-                del self.names[s]
-            self.lowest = max(self.lowest, seq + 1)
+                    os.unlink(os.path.join(self.path, name))
             return len(doomed)
 
     # --- the ids nsqd may deliver again ---------------------------------------------------
@@ -467,10 +476,12 @@ class Spool:
     def pin(self, address: str, msg_id: str, durable: bool = True) -> None:
         """Remember ``msg_id`` until nsqd delivers it again (its FIN failed: it timed out
         first). Saved at once unless ``durable`` is False."""
-        with self.lock:
-            self._pin(address, [msg_id], time.time())
-            if durable:
-                self._save_ledger()
+        with self.saving if durable else contextlib.nullcontext():
+            with self.lock:
+                self._pin(address, [msg_id], time.time())
+                ledger = self._ledger_rows() if durable else None
+            if ledger is not None:
+                self._write_ledger(ledger)
 
     def _pin(self, address: str, ids: list[str], now: float) -> None:
         pins = self.pinned.setdefault(address, {})
@@ -532,32 +543,34 @@ class Spool:
                 for mid in batch.column(0).to_pylist():
                     pins.setdefault(mid, now)
 
-    def _save_ledger(self) -> None:
-        """Write the pinned ids (not expired) and the recent ones durably (under the lock)."""
+    def _ledger_rows(self) -> list[tuple[str, list[str] | pa.Array, list[float | None] | None]]:
+        """What the record of ids holds now (under the lock): per nsqd, the pinned ids (not
+        expired) with when they were pinned, and the recent ids (``None``: pinned on load)."""
         cutoff = time.time() - PIN_TTL_S
-        addrs: list[str] = []
-        ids: list[str] = []
-        ats: list[float | None] = []
+        rows: list[tuple[str, list[str] | pa.Array, list[float | None] | None]] = []
         for addr, pins in self.pinned.items():
-            for mid, at in pins.items():
-                if at >= cutoff:
-                    addrs.append(addr)
-                    ids.append(mid)
-                    ats.append(at)
-        parts = [
-            pa.table(
-                [pa.array(addrs, pa.string()), pa.array(ids, pa.string()), pa.array(ats, pa.float64())],
-                schema=LEDGER_SCHEMA,
-            )
-        ]
+            kept = [(mid, at) for mid, at in pins.items() if at >= cutoff]
+            if kept:
+                rows.append((addr, [m for m, _ in kept], [a for _, a in kept]))
         for addr in self.recent:
             recent = self._recent_ids(addr)
-            if recent is None:
-                continue
-            n = len(recent)
+            if recent is not None:
+                rows.append((addr, recent, None))
+        return rows
+
+    def _write_ledger(self, rows: list[tuple[str, list[str] | pa.Array, list[float | None] | None]]) -> None:
+        """Replace the record of ids with ``rows`` (:meth:`_ledger_rows`) durably. Under
+        ``saving``: records are written in the order they were taken."""
+        parts = [LEDGER_SCHEMA.empty_table()]
+        for addr, ids, ats in rows:
+            n = len(ids)
             parts.append(
                 pa.table(
-                    [pa.array([addr] * n, pa.string()), recent, pa.nulls(n, pa.float64())],
+                    [
+                        pa.array([addr] * n, pa.string()),
+                        ids if isinstance(ids, pa.Array) else pa.array(ids, pa.string()),
+                        pa.nulls(n, pa.float64()) if ats is None else pa.array(ats, pa.float64()),
+                    ],
                     schema=LEDGER_SCHEMA,
                 )
             )
