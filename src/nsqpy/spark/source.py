@@ -26,8 +26,9 @@ options of :mod:`.connopts`: ``tls``, ``tlsRootCaFile``, ``tlsCert``, ``tlsKey``
 
 Offsets are ``{"chunk": N}``: N is the sequence number of the *last chunk included* (0 =
 none). A batch ``(start, end]`` is every chunk with ``start < seq <= end``; its partitions
-carry file paths only and executors read the files. ``commit(end)`` deletes chunks
-``<= end``. A batch that is re-run reads the same files, so it is identical.
+carry file paths only and executors read the files. ``commit(end)`` has the chunks
+``<= end`` deleted (by a thread of the runner: the next batch does not wait for it). A
+batch that is re-run reads the same files, so it is identical.
 
 Guarantee: each message is emitted in exactly one chunk, whatever moment the driver dies
 at. A message spooled but not FIN'd (the driver died between the two, a connection
