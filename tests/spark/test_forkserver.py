@@ -21,7 +21,9 @@ from support import wait_until
 from nsqpy.spark import _launch, forkserver
 from nsqpy.spark.session import python_launcher
 
-pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="the fork server is Linux's")
+pytestmark = pytest.mark.skipif(
+    not forkserver.SUPPORTED, reason="no fork server on this OS: it needs Linux's prctl and SCM_RIGHTS"
+)
 
 PREFIX = "nsqpy_fsprobe"
 

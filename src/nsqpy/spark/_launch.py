@@ -10,8 +10,8 @@ A ``-m PREFIX…`` process (``pyspark.``: Spark's own) whose environment matches
 server's (FINGERPRINT, see :func:`fingerprint`) is asked of the fork server at SOCKET: it
 forks a child of its preloaded interpreter with this process's standard streams,
 environment, working directory, arguments, ignored signals and resource limits, and this
-process stands in
-for it until it ends: signals sent to it are passed on, and it exits as the child did.
+process stands in for it until it ends: signals sent to it are passed on, and it exits as
+the child did.
 Anything else, or a fork server that does not answer, runs the interpreter PYTHON as usual
 (exec), so nothing changes but the time it takes.
 """

@@ -353,8 +353,8 @@ class Consumer(threading.Thread):
         while pos < n:
             room = self._seal_rows() - (self._open.rows if self._open is not None else 0)
             fin = fins if pos == 0 and room >= n else fins[pos * FIN_LINE : (pos + room) * FIN_LINE]
-            part = [c.slice(pos, room) for c in (ids, tss, atts, bodies)]
-            self._write_chunk(part[0], part[1], part[2], part[3], fin)
+            p_ids, p_tss, p_atts, p_bodies = (c.slice(pos, room) for c in (ids, tss, atts, bodies))
+            self._write_chunk(p_ids, p_tss, p_atts, p_bodies, fin)
             pos += room
 
     def _fresh(self) -> bool:

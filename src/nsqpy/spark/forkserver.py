@@ -9,10 +9,10 @@ with the session imports all of that once; the launcher (:mod:`._launch`, Spark'
 ``PYSPARK_PYTHON``) asks it for each ``python -m pyspark.…`` process, and the server forks
 a child that runs the module with the launcher's standard streams (passed over the Unix
 socket), environment, working directory, arguments, ignored signals and soft resource
-limits, in a process group of its own. The
-launcher stays as the process Spark knows: signals sent to it reach the child, and it exits
-as the child did. The child dies with the server (``PR_SET_PDEATHSIG``), and is killed when
-its launcher goes first (SIGKILL cannot be passed on).
+limits, in a process group of its own. The launcher stays as the process Spark knows:
+signals sent to it reach the child, and it exits as the child did. The child dies with the
+server (``PR_SET_PDEATHSIG``), and is killed when its launcher goes first (SIGKILL cannot be
+passed on).
 
 Only what behaves as a new interpreter would is forked: the launcher falls back to running
 the interpreter when the process's environment differs from the server's in a variable
@@ -67,14 +67,16 @@ PRELOAD = (
 )
 _PR_SET_NAME = 15
 _PR_SET_PDEATHSIG = 1
+#: Where a fork server can work: Linux (prctl's parent-death signal and process names,
+#: descriptors passed over Unix sockets). Elsewhere make_session starts none.
+SUPPORTED = sys.platform.startswith("linux") and hasattr(socket, "SCM_RIGHTS")
 #: The largest request accepted (arguments and environment).
 MAX_REQUEST = 1 << 20
 
 
 def _prctl(option: int, arg: Any) -> bool:
     try:
-        libc = ctypes.CDLL(None, use_errno=True)
-        return bool(libc.prctl(option, arg, 0, 0, 0) == 0)
+        return bool(ctypes.CDLL(None).prctl(option, arg, 0, 0, 0) == 0)
     except (OSError, AttributeError):
         return False
 
@@ -98,8 +100,9 @@ class _Server:
         #: child pid -> its launcher's connection (None once that is gone)
         self.children: dict[int, socket.socket | None] = {}
         self.conns: dict[socket.socket, int] = {}
-        # a new interpreter's path after its first entry (the working directory for -m)
-        self.base_path = sys.path[1:] if sys.path and sys.path[0] in ("", os.getcwd()) else list(sys.path)
+        # a new interpreter's path after its first entry (the working directory for -m):
+        # the server runs without its own working directory on its path (see start)
+        self.base_path = list(sys.path)
         self.pid = os.getpid()
         self.wake_r, self.wake_w = os.pipe()
         os.set_blocking(self.wake_w, False)
@@ -418,8 +421,8 @@ class ForkServer:
 
 def start(directory: str, python: str = sys.executable) -> ForkServer | None:
     """Start a fork server for this interpreter with its socket in ``directory`` (private to
-    this user); None where it cannot work (not Linux)."""
-    if not sys.platform.startswith("linux") or not hasattr(socket, "SCM_RIGHTS"):
+    this user); None where it cannot work (not :data:`SUPPORTED`, or no socket there)."""
+    if not SUPPORTED:
         return None
     socket_path = os.path.join(directory, "forkserver.sock")
     fingerprint_path = os.path.join(directory, "forkserver.env")

@@ -68,6 +68,9 @@ LEDGER_SCHEMA = pa.schema(
         pa.field("pinned_at", pa.float64()),
     ]
 )
+#: The record of ids as it is taken under the lock, per nsqd: its ids, and when each was
+#: pinned (None: the recent ids, pinned on load).
+LedgerRows = list[tuple[str, "list[str] | pa.Array", "list[float] | None"]]
 #: How long a pinned id is remembered when nsqd does not deliver it again (its FIN had
 #: been processed after all).
 PIN_TTL_S = 7 * 24 * 3600.0
@@ -543,11 +546,11 @@ class Spool:
                 for mid in batch.column(0).to_pylist():
                     pins.setdefault(mid, now)
 
-    def _ledger_rows(self) -> list[tuple[str, list[str] | pa.Array, list[float | None] | None]]:
+    def _ledger_rows(self) -> LedgerRows:
         """What the record of ids holds now (under the lock): per nsqd, the pinned ids (not
         expired) with when they were pinned, and the recent ids (``None``: pinned on load)."""
         cutoff = time.time() - PIN_TTL_S
-        rows: list[tuple[str, list[str] | pa.Array, list[float | None] | None]] = []
+        rows: LedgerRows = []
         for addr, pins in self.pinned.items():
             kept = [(mid, at) for mid, at in pins.items() if at >= cutoff]
             if kept:
@@ -558,7 +561,7 @@ class Spool:
                 rows.append((addr, recent, None))
         return rows
 
-    def _write_ledger(self, rows: list[tuple[str, list[str] | pa.Array, list[float | None] | None]]) -> None:
+    def _write_ledger(self, rows: LedgerRows) -> None:
         """Replace the record of ids with ``rows`` (:meth:`_ledger_rows`) durably. Under
         ``saving``: records are written in the order they were taken."""
         parts = [LEDGER_SCHEMA.empty_table()]
