@@ -105,7 +105,7 @@ async def test_in_flight_and_deferred_survive_a_clean_restart(tmp_path):
             await asyncio.sleep(0.05)
         stopped_at = time.monotonic()
         assert p.stop(signal.SIGTERM, timeout=20) == 0
-    sidecar = tmp_path / "t:c.diskqueue.deferred.json"
+    sidecar = tmp_path / "t:c.diskqueue.journal.dat"  # the due times (nsqpy addition)
     assert sidecar.exists()
     with NsqdProcess(tmp_path) as p:
         p.start()

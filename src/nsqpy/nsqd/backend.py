@@ -19,6 +19,10 @@ if TYPE_CHECKING:
 class SyncJob(Protocol):
     def run(self) -> None: ...
 
+    def run_data(self) -> None: ...
+
+    def run_meta(self) -> None: ...
+
 
 class BackendQueue(Protocol):
     """The backend interface topics and channels use."""
@@ -34,11 +38,13 @@ class BackendQueue(Protocol):
         """Where the next read starts (file number, offset)."""
         ...
 
-    def put_many(self, records: Sequence[bytes]) -> None: ...
+    def put_many(self, records: Sequence[bytes], positions: list[int] | None = None) -> None: ...
 
-    def read(self, max_count: int) -> list[bytes]: ...
+    def read(self, max_count: int, positions: list[int] | None = None) -> list[bytes]: ...
 
-    def read_into(self, max_count: int, sink: Callable[[list[bytes]], None]) -> int: ...
+    def read_into(
+        self, max_count: int, sink: Callable[[list[bytes]], None], positions: list[int] | None = None
+    ) -> int: ...
 
     def empty(self) -> None: ...
 
@@ -48,11 +54,19 @@ class BackendQueue(Protocol):
 
     def needs_sync(self) -> bool: ...
 
-    def prepare_sync(self) -> SyncJob: ...
+    def prepare_sync(self, force_meta: bool = True) -> SyncJob: ...
 
 
 class _NoSync:
+    again = False
+
     def run(self) -> None:
+        return None
+
+    def run_data(self) -> None:
+        return None
+
+    def run_meta(self) -> None:
         return None
 
 
@@ -74,13 +88,15 @@ class NullBackend:
     def read_position(self) -> tuple[int, int]:
         return (0, 0)
 
-    def put_many(self, records: Sequence[bytes]) -> None:
+    def put_many(self, records: Sequence[bytes], positions: list[int] | None = None) -> None:
         return None
 
-    def read(self, max_count: int) -> list[bytes]:
+    def read(self, max_count: int, positions: list[int] | None = None) -> list[bytes]:
         return []
 
-    def read_into(self, max_count: int, sink: Callable[[list[bytes]], None]) -> int:
+    def read_into(
+        self, max_count: int, sink: Callable[[list[bytes]], None], positions: list[int] | None = None
+    ) -> int:
         return 0
 
     def empty(self) -> None:
@@ -95,7 +111,7 @@ class NullBackend:
     def needs_sync(self) -> bool:
         return False
 
-    def prepare_sync(self) -> SyncJob:
+    def prepare_sync(self, force_meta: bool = True) -> SyncJob:
         return _NO_SYNC
 
     def __repr__(self) -> str:

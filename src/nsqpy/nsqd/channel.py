@@ -7,16 +7,19 @@ each consumer's deadlines in its :class:`~nsqpy.nsqd.inflight.InFlightTimers`; d
 ones sit in a heap until due. Delivery is a coalesced "pump" scheduled once per event-loop
 turn, which refills the memory queue from the backend as consumers have room. The channel
 sees its clients only through the small :class:`Consumer` interface (Go's ``Consumer``).
+
+In the crash-safe mode (``--mem-queue-size=0 --sync-every=1``) every message is in the
+DiskQueue and the channel's :class:`~nsqpy.nsqd.journal.Ledger` keeps what it read there
+until it is finished (see :mod:`nsqpy.nsqd.journal`): ``ledger`` is None otherwise, and the
+hot paths pay one attribute check.
 """
 
 from __future__ import annotations
 
 import heapq
 import itertools
-import json
 import logging
 import operator
-import os
 import time
 from collections import deque
 from typing import TYPE_CHECKING, Any, Protocol
@@ -27,9 +30,9 @@ from ..protocol.frames import MESSAGE_FIELDS, encode_message
 from ..protocol.frames import MESSAGE_ID_OFFSET as ID_AT
 from ..protocol.names import is_ephemeral
 from .backend import BackendQueue, Queued
-from .diskqueue import DiskQueueError, DiskQueueWriteError
-from .fileio import write_file_atomic
+from .diskqueue import DiskQueue, DiskQueueError, DiskQueueWriteError
 from .inflight import InFlightTimers, TimersByClient
+from .journal import RELOCATE_MIN_SPAN, Ledger
 from .message import Message
 from .quantile import Quantile
 
@@ -45,11 +48,6 @@ log = logging.getLogger("nsqd")
 
 _seq = itertools.count()
 _defer_of = operator.attrgetter("defer")
-
-#: Suffix of the file that keeps deferred messages' due times across a clean restart (NSQ
-#: itself loses them, nsqio/nsq#1107). The messages themselves are in the DiskQueue, so the
-#: Go nsqd can still read the directory (it delivers them at once).
-DEFERRED_SUFFIX = ".diskqueue.deferred.json"
 
 
 def encode_messages_py(msgs: list[Message]) -> list[bytes]:
@@ -113,7 +111,6 @@ class Consumer(Protocol):
 
 class Channel(Queued):
     __slots__ = (
-        "_deferred_due",
         "_pump_scheduled",
         "_rr",
         "backend",
@@ -123,6 +120,7 @@ class Channel(Queued):
         "ephemeral",
         "exiting",
         "in_flight",
+        "ledger",
         "message_count",
         "name",
         "nsqd",
@@ -158,8 +156,13 @@ class Channel(Queued):
         self._pump_scheduled = False
         self._rr = 0
         self.backend: BackendQueue = nsqd.make_backend(f"{topic.name}:{name}")
-        #: id → due time (ns since the epoch) of deferred messages saved at the last shutdown
-        self._deferred_due: dict[bytes, int] = self._load_deferred()
+        #: what the channel read from its DiskQueue and what became of it: in the crash-safe
+        #: mode, or while a journal an earlier run left names records still ahead
+        self.ledger: Ledger | None = (
+            Ledger.open(self.backend, nsqd.crash_safe, log, nsqd.syncer)
+            if isinstance(self.backend, DiskQueue)
+            else None
+        )
         #: FIN latencies (Go's e2eProcessingLatencyStream), None without
         #: --e2e-processing-latency-percentile: the FIN path tests it before calling
         #: :meth:`record_latency`
@@ -178,6 +181,14 @@ class Channel(Queued):
     def backend_name(self) -> str:
         return f"{self.topic.name}:{self.name}"
 
+    @property
+    def depth(self) -> int:
+        """Messages held (memory + backend), as NSQ's Depth(), less the records a journal
+        says are finished (read again after a restart, then skipped)."""
+        d = len(self.queue) + self.backend.depth
+        ledger = self.ledger
+        return d if ledger is None or not ledger.skip else max(d - len(ledger.skip), 0)
+
     # --- accepting messages -------------------------------------------------------------
 
     def put_messages(self, msgs: list[Message]) -> None:
@@ -187,6 +198,10 @@ class Channel(Queued):
         A failed backend write raises :class:`DiskQueueWriteError` whose ``written`` counts
         the leading messages this channel kept (in memory or on disk) all the same.
         """
+        ledger = self.ledger
+        if ledger is not None and ledger.tracking:
+            self._put_durable(msgs, ledger)
+            return
         total = len(msgs)
         if any(map(_defer_of, msgs)):
             now_msgs = []
@@ -219,6 +234,28 @@ class Channel(Queued):
         self.message_count += total
         if msgs:
             self.queue.extend(msgs)
+        self.schedule_pump()
+
+    def _put_durable(self, msgs: list[Message], ledger: Ledger) -> None:
+        """Crash-safe mode: every message goes to the DiskQueue, a deferred one (DPUB) with
+        its due time in the journal."""
+        positions: list[int] | None = [] if any(map(_defer_of, msgs)) else None
+        try:
+            self.backend.put_many(encode_messages(msgs), positions)
+        except DiskQueueWriteError as e:
+            self.message_count += e.written
+            if positions:
+                try:
+                    ledger.wrote(msgs, positions, time.time_ns())
+                except OSError as je:
+                    log.error("CHANNEL(%s): %s", self.backend_name, je)
+            raise
+        self.message_count += len(msgs)
+        if positions is not None:
+            try:
+                ledger.wrote(msgs, positions, time.time_ns())
+            except OSError as e:
+                raise DiskQueueWriteError(str(e), len(msgs)) from e
         self.schedule_pump()
 
     def put_in_memory(self, msgs: list[Message]) -> None:
@@ -277,6 +314,9 @@ class Channel(Queued):
             start = self._rr % n
             self._rr += 1
             ready = ready[start:] + ready[:start]
+        ledger = self.ledger
+        if ledger is not None and ledger.tracking:
+            ledger.delivering(q)  # each attempt is journaled before it is sent
         timed = self.timed
         while q and ready:
             share = -(-len(q) // len(ready))
@@ -289,21 +329,23 @@ class Channel(Queued):
                 if c.can_receive():
                     still.append(c)
             ready = still
+        if ledger is not None:
+            ledger.queued = len(q)
 
     def _refill(self, b: BackendQueue, want: int) -> None:
         """Move up to ``want`` messages from the backend to the memory queue."""
-        msgs = decode_records(b.read(want), f"CHANNEL({self.backend_name})")
-        due = self._deferred_due
-        if due:
-            now_ns = time.time_ns()
-            for m in msgs:
-                t = due.pop(m.id, None)
-                if t is not None and t > now_ns:
-                    self.start_deferred(m, (t - now_ns) / 1e9)
-                else:
-                    self.queue.append(m)
-        else:
-            self.queue.extend(msgs)
+        ledger = self.ledger
+        if ledger is None:
+            self.queue.extend(decode_records(b.read(want), f"CHANNEL({self.backend_name})"))
+            return
+        now_ns = time.time_ns()
+        msgs, later = ledger.read(want, decode_records, now_ns)
+        self.queue.extend(msgs)
+        for m, due in later:
+            self.start_deferred(m, (due - now_ns) / 1e9)
+        if ledger.spent:
+            ledger.journal.delete()  # an earlier run's journal, applied in full
+            self.ledger = None
 
     # --- acknowledgements -----------------------------------------------------------------
 
@@ -326,11 +368,20 @@ class Channel(Queued):
             return "client does not own message"
         del self.in_flight[msg_id]
         msg.client = None
+        if self.ledger is not None:
+            self.ledger.finished(msg)
         if self.e2e is not None:
             self.record_latency(msg.timestamp)
         if not self._pump_scheduled:
             self.schedule_pump()
         return None
+
+    def dropped(self, msgs: list[Message]) -> None:
+        """Messages a client's sample rate left out: finished for this channel, as NSQ."""
+        ledger = self.ledger
+        if ledger is not None:
+            for m in msgs:
+                ledger.finished(m)
 
     def finished_many(self) -> None:
         """Messages were FINished straight from the in-flight index (the protocol's run of
@@ -362,6 +413,8 @@ class Channel(Queued):
         if delay <= 0:
             self.requeue_now(msg)
         else:
+            if self.ledger is not None:
+                self.ledger.deferred(msg, time.time_ns() + int(delay * 1e9))
             self.start_deferred(msg, delay)
             self.schedule_pump()
         return None
@@ -405,7 +458,16 @@ class Channel(Queued):
         d = self.deferred
         while d and d[0][0] <= now:
             self.queue.append(heapq.heappop(d)[2])
+        ledger = self.ledger
+        if ledger is not None and ledger.tracking and ledger.window.span >= RELOCATE_MIN_SPAN:
+            ledger.relocate(self._due_times)
         self.schedule_pump()
+
+    def _due_times(self) -> dict[Message, int]:
+        """Each deferred message's due time, ns since the epoch."""
+        loop_now = self.nsqd.loop.time()
+        now_ns = time.time_ns()
+        return {m: now_ns + int(max(when - loop_now, 0) * 1e9) for when, _, m in self.deferred}
 
     # --- clients ----------------------------------------------------------------------------
 
@@ -453,12 +515,15 @@ class Channel(Queued):
             msg.client = None
         self.in_flight.clear()
         self.deferred.clear()
-        self._deferred_due.clear()
         for t in self.timers.values():
             t.clear()
         for client in self.clients.values():
             client.emptied()
         self.backend.empty()
+        if self.ledger is not None:
+            self.ledger.empty()
+            if not self.ledger.tracking:
+                self.ledger = None
 
     def close(self) -> None:
         """Channel deleted: disconnect its clients, drop its messages and its files."""
@@ -468,63 +533,37 @@ class Channel(Queued):
         self.queue.clear()
         self.in_flight.clear()
         self.deferred.clear()
-        self._deferred_due.clear()
         self.timers.clear()
+        if self.ledger is not None:
+            self.ledger.delete()  # before the queue's files: a journal never outlives them
+            self.ledger = None
         self.backend.delete()
-        self._remove_deferred_file()
 
     # --- persistence across restarts -----------------------------------------------------------
 
-    def _deferred_path(self) -> str:
-        return os.path.join(self.nsqd.data_path, self.backend_name + DEFERRED_SUFFIX)
-
-    def _load_deferred(self) -> dict[bytes, int]:
-        if not self.backend.durable:
-            return {}
-        path = self._deferred_path()
-        try:
-            with open(path, "rb") as f:
-                doc = json.load(f)
-            due = {k.encode(): int(v) for k, v in doc.get("deferred", {}).items()}
-        except FileNotFoundError:
-            return {}
-        except (ValueError, AttributeError, TypeError) as e:
-            log.error("CHANNEL(%s): ignoring unreadable %s - %s", self.backend_name, path, e)
-            return {}
-        log.info("CHANNEL(%s): %d deferred message(s) keep their due time", self.backend_name, len(due))
-        return due
-
-    def _remove_deferred_file(self) -> None:
-        try:
-            os.unlink(self._deferred_path())
-        except FileNotFoundError:
-            pass
-        except OSError as e:
-            log.error("CHANNEL(%s): failed to remove deferred file - %s", self.backend_name, e)
-
     def flush(self) -> list[str]:
         """Clean shutdown: write memory, in-flight and deferred messages to the backend
-        (attempts preserved), and the deferred due times to the sidecar file. Returns what
-        could not be written (each error logged)."""
+        (attempts preserved), their due times to the journal. In the crash-safe mode they
+        are all there already: only the journal is brought up to date. Returns what could
+        not be written (each error logged)."""
         if not self.backend.durable:
+            return []
+        ledger = self.ledger
+        due_of = self._due_times()
+        if ledger is not None and ledger.tracking:
+            ledger.compact(due_of)
+            self._forget_all()
             return []
         msgs = list(self.queue)
         msgs += self.in_flight.values()
-        loop_now = self.nsqd.loop.time()
-        now_ns = time.time_ns()
-        due = {k: v for k, v in self._deferred_due.items() if v > now_ns}
-        for when, _, m in sorted(self.deferred):
-            msgs.append(m)
-            due[m.id] = now_ns + int(max(when - loop_now, 0) * 1e9)
-        for m in self.in_flight.values():
-            m.client = None
-        self.queue.clear()
-        self.in_flight.clear()
-        self.deferred.clear()
+        deferred = [m for _, _, m in sorted(self.deferred)]
+        msgs += deferred
+        self._forget_all()
         errors = []
+        positions: list[int] = []
         if msgs:
             try:
-                self.backend.put_many(encode_messages(msgs))
+                self.backend.put_many(encode_messages(msgs), positions)
                 log.info("CHANNEL(%s): flushed %d message(s) to disk", self.backend_name, len(msgs))
             except DiskQueueError as e:
                 lost = len(msgs) - getattr(e, "written", 0)
@@ -533,16 +572,28 @@ class Channel(Queued):
                     f"message(s) to disk, they are lost - {e}"
                 )
                 log.error("%s", errors[-1])
-        if due:
-            doc = {"deferred": {k.decode(): v for k, v in due.items()}}
+        # the deferred ones keep their due time (NSQ loses it, nsqio/nsq#1107)
+        start = len(msgs) - len(deferred)
+        written = positions[start:]
+        if ledger is None and written:
+            assert isinstance(self.backend, DiskQueue)
+            ledger = Ledger(self.backend, False, log, None)
+        if ledger is not None:
+            for m, pos in zip(deferred, written, strict=False):
+                ledger.dues[pos] = (m.id, due_of[m])
             try:
-                write_file_atomic(self._deferred_path(), json.dumps(doc).encode())
+                ledger.save()
             except OSError as e:
                 errors.append(
-                    f"CHANNEL({self.backend_name}): failed to save {len(due)} deferred due "
+                    f"CHANNEL({self.backend_name}): failed to save {len(written)} deferred due "
                     f"time(s) (the messages are on disk, due at once) - {e}"
                 )
                 log.error("%s", errors[-1])
-        else:
-            self._remove_deferred_file()
         return errors
+
+    def _forget_all(self) -> None:
+        for m in self.in_flight.values():
+            m.client = None
+        self.queue.clear()
+        self.in_flight.clear()
+        self.deferred.clear()

@@ -64,11 +64,12 @@ def send_batch_py(
     now: float,
     out: list[bytes],
     sample: int = 0,
+    dropped: list[Message] | None = None,
 ) -> tuple[int, int]:
     """Put up to ``n`` messages of the channel queue ``q`` in flight to ``owner`` (attempts,
     client, deadline, the in-flight index, the deadline ``entries``) and their frames on
-    ``out``; with ``sample`` (1-99) each is skipped unless ``randrange(100) <= sample``.
-    Returns (messages sent, frame bytes)."""
+    ``out``; with ``sample`` (1-99) each is skipped unless ``randrange(100) <= sample`` (and
+    appended to ``dropped``, if given). Returns (messages sent, frame bytes)."""
     popleft = q.popleft
     entry_append = entries.append
     append = out.append
@@ -82,6 +83,8 @@ def send_batch_py(
     while sent < n and q:
         msg = popleft()
         if sample and randrange(100) > sample:
+            if dropped is not None:
+                dropped.append(msg)
             continue
         msg.attempts += 1
         msg.client = owner
@@ -443,7 +446,23 @@ class ClientV2(asyncio.Protocol):
         deadline = now + self.msg_timeout
         entries = channel.timers[self.id].queue
         sent_bytes = None
-        if compiled:
+        if self.sample_rate and channel.ledger is not None:
+            # the left-out messages are finished for this channel: its ledger must know
+            dropped: list[Message] = []
+            sent_bytes = send_batch_py(
+                channel.queue,
+                n,
+                self,
+                channel.in_flight,
+                entries,
+                deadline,
+                now,
+                self._out,
+                self.sample_rate,
+                dropped,
+            )
+            channel.dropped(dropped)
+        elif compiled:
             if self.sample_rate:
                 from random import randrange
 

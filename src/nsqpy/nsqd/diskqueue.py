@@ -39,10 +39,16 @@ import time
 from bisect import bisect_right
 from collections.abc import Callable, Iterable, Sequence
 from itertools import accumulate, chain
-from typing import NoReturn, Protocol
+from typing import TYPE_CHECKING, NoReturn, Protocol
 
 from .._speedups import compiled
 from .fileio import fsync_dir, path_error, remove_quietly, temp_name, write_synced
+
+if TYPE_CHECKING:
+    from .journal import Floor, Journal
+
+#: bits of a record position (:func:`nsqpy.nsqd.journal.position`) holding the offset
+POS_SHIFT = 40
 
 __all__ = [
     "DiskQueue",
@@ -121,6 +127,8 @@ class QueueEvents(Protocol):
 
     def deleted(self, queue: DiskQueue) -> None: ...
 
+    def dirty(self, queue: DiskQueue) -> None: ...
+
 
 class DiskQueueError(Exception):
     """Base class of DiskQueue errors."""
@@ -153,13 +161,15 @@ def _close_quietly(fd: int) -> None:
 class SyncJob:
     """One fsync round for one queue, prepared on the loop, run anywhere (once).
 
-    It owns its file descriptors (duplicates of the write segment's, and the segments retired
-    by roll-overs since the previous round, each with its path for error messages) and a
-    snapshot of the metadata text, so the loop may keep writing, reading, rolling and deleting
-    while :meth:`run` blocks.
+    It owns its file descriptors (duplicates of the write segment's, the segments retired by
+    roll-overs since the previous round and the queue's journal, each with its path for error
+    messages) and a snapshot of the metadata text, so the loop may keep writing, reading,
+    rolling and deleting while it blocks. It runs in two steps, so that a round over several
+    queues makes every queue's data durable before any metadata moves a read position past
+    it (a topic's backlog copied to its channels): :meth:`run_data`, then :meth:`run_meta`.
     """
 
-    __slots__ = ("_dir_first", "_epoch", "_fds", "_meta", "_queue", "_seq")
+    __slots__ = ("_dir_first", "_epoch", "_failed", "_fds", "_meta", "_queue", "_release", "_seq", "again")
 
     def __init__(
         self,
@@ -169,6 +179,8 @@ class SyncJob:
         seq: int,
         epoch: int,
         dir_first: bool,
+        release: range = range(0),
+        again: bool = False,
     ) -> None:
         self._queue = queue
         self._fds = fds
@@ -176,13 +188,22 @@ class SyncJob:
         self._seq = seq
         self._epoch = epoch
         self._dir_first = dir_first
+        #: segments below the floor, deleted once the metadata naming it is written
+        self._release = release
+        self._failed = False
+        #: the metadata was left for a later round: the queue stays dirty
+        self.again = again
 
     def run(self) -> None:
-        """fsync the data, then write the metadata atomically; raises an OSError worded as
-        Go's (:class:`~nsqpy.nsqd.fileio.PathError`) on failure."""
+        """Both steps; raises an OSError worded as Go's
+        (:class:`~nsqpy.nsqd.fileio.PathError`) on failure."""
+        self.run_data()
+        self.run_meta()
+
+    def run_data(self) -> None:
+        """fsync the data (and the directory, when a segment was created)."""
         q = self._queue
         fds, self._fds = self._fds, []
-        meta, self._meta = self._meta, None
         err: OSError | None = None
         try:
             for fd, path in fds:
@@ -197,15 +218,39 @@ class SyncJob:
         try:
             if err is not None:
                 raise err
-            if meta is not None:
-                if self._dir_first:
-                    # new segment files must be durable before metadata can name them
-                    fsync_dir(q.data_path)
-                q._persist_metadata(meta, self._seq, self._epoch)
+            if self._dir_first:
+                # new segment files must be durable before a publish is acknowledged
+                fsync_dir(q.data_path)
         except OSError as e:
-            q._sync_failed()
-            q._log.error("DISKQUEUE(%s) failed to sync - %s", q.name, e)
+            self._fail(e)
             raise
+
+    def run_meta(self) -> None:
+        """Write the metadata atomically (after :meth:`run_data` succeeded), then delete the
+        segments the floor has passed."""
+        q = self._queue
+        meta, self._meta = self._meta, None
+        if self._failed or meta is None:
+            return
+        try:
+            q._persist_metadata(meta, self._seq, self._epoch)
+        except OSError as e:
+            self._fail(e)
+            raise
+        for n in self._release:
+            path = q.file_name(n)
+            try:
+                os.remove(path)
+            except FileNotFoundError:
+                pass
+            except OSError as e:
+                q._log.error("DISKQUEUE(%s) failed to Remove(%s) - %s", q.name, path, e)
+
+    def _fail(self, e: OSError) -> None:
+        self._failed = True
+        q = self._queue
+        q._sync_failed(self._release)
+        q._log.error("DISKQUEUE(%s) failed to sync - %s", q.name, e)
 
 
 class DiskQueue:
@@ -216,12 +261,14 @@ class DiskQueue:
         "_created",
         "_epoch",
         "_events",
+        "_kept_from",
         "_last_meta",
         "_last_sync",
         "_lock",
         "_log",
         "_meta_path",
         "_meta_seq",
+        "_meta_time",
         "_need_sync",
         "_ops",
         "_peek_mark",
@@ -235,8 +282,10 @@ class DiskQueue:
         "_seq",
         "_wdirty",
         "_wfd",
+        "acks",
         "data_path",
         "depth",
+        "journal",
         "max_bytes_per_file",
         "max_msg_size",
         "min_msg_size",
@@ -309,8 +358,17 @@ class DiskQueue:
         self._meta_seq = 0
         self._closed = False
         self._peek_mark = (0, 0, 0)
+        #: the crash-safe mode's floor (:class:`~nsqpy.nsqd.journal.Window`): records read
+        #: are let go of only as it moves, None for a queue that consumes as it reads
+        self.acks: Floor | None = None
+        #: a journal synced with the queue's data (:class:`~nsqpy.nsqd.journal.Journal`)
+        self.journal: Journal | None = None
+        #: time.monotonic() of the last metadata snapshot handed to a sync job
+        self._meta_time = 0.0
 
         self._open()
+        #: the lowest segment still on disk that the floor may need
+        self._kept_from = self.read_file_num
 
     # ------------------------------------------------------------------ names
 
@@ -318,13 +376,22 @@ class DiskQueue:
         return "%s%06d.dat" % (self._prefix, file_num)
 
     def metadata_text(self) -> str:
-        return _META_FMT % (
-            self.depth,
-            self.read_file_num,
-            self.read_pos,
-            self.write_file_num,
-            self.write_pos,
-        )
+        """Go's metadata: depth, read file,pos, write file,pos. With a floor (the crash-safe
+        mode) the read position is the floor's and the depth counts from there."""
+        rfn, rpos, depth = self.read_file_num, self.read_pos, self.depth
+        acks = self.acks
+        if acks is not None:
+            floor = acks.floor()
+            if floor is not None:
+                rfn, rpos = floor >> POS_SHIFT, floor & ((1 << POS_SHIFT) - 1)
+                depth += acks.span
+        return _META_FMT % (depth, rfn, rpos, self.write_file_num, self.write_pos)
+
+    def floor_file(self) -> int:
+        """The segment of the oldest record the queue still needs."""
+        acks = self.acks
+        floor = acks.floor() if acks is not None else None
+        return self.read_file_num if floor is None else floor >> POS_SHIFT
 
     # ------------------------------------------------------------------ writing
 
@@ -362,8 +429,10 @@ class DiskQueue:
             % (n, self.min_msg_size, self.max_msg_size)
         )
 
-    def put_many(self, records: Sequence[bytes]) -> None:
-        """Append records in order with one write per segment touched.
+    def put_many(self, records: Sequence[bytes], positions: list[int] | None = None) -> None:
+        """Append records in order with one write per segment touched; with ``positions``,
+        each written record's position (:func:`~nsqpy.nsqd.journal.position`) is appended
+        to it.
 
         Sizes are checked first: if any is out of range nothing is written. On an I/O error
         the records before the failing segment's batch stay written
@@ -398,6 +467,9 @@ class DiskQueue:
                     continue
                 j = i + 1  # an empty segment takes a record of any size
             self._write_batch(frame_records(records, i, j), j - i, pos, done)
+            if positions is not None:
+                at = (self.write_file_num << POS_SHIFT) + pos - ends[i]
+                positions.extend([at + ends[k] for k in range(i, j)])
             done += j - i
             i = j
         if self._events is not None:
@@ -482,7 +554,8 @@ class DiskQueue:
                 self._close_read_file()
                 self.read_file_num = old + 1
                 self.read_pos = 0
-                self._remove_segment(old)
+                if self.acks is None:
+                    self._remove_segment(old)
             else:
                 self._rsize = self.write_pos
         self.write_file_num = old + 1
@@ -497,18 +570,22 @@ class DiskQueue:
         """Where the next read starts: (segment number, offset)."""
         return (self.read_file_num, self.read_pos)
 
-    def read(self, max_count: int) -> list[bytes]:
-        """Consume up to ``max_count`` records in order (fewer if the queue runs dry)."""
-        out = self._read(max_count, False)
+    def read(self, max_count: int, positions: list[int] | None = None) -> list[bytes]:
+        """Consume up to ``max_count`` records in order (fewer if the queue runs dry); with
+        ``positions``, each one's position is appended to it."""
+        out = self._read(max_count, False, positions)
         if out and self._events is not None:
             self._events.read(self)
         return out
 
-    def read_into(self, max_count: int, sink: Callable[[list[bytes]], None]) -> int:
+    def read_into(
+        self, max_count: int, sink: Callable[[list[bytes]], None], positions: list[int] | None = None
+    ) -> int:
         """Hand up to ``max_count`` records (all from one segment) to ``sink`` and consume
         them only once it returns: if ``sink`` raises, they stay at the head of the queue, to
-        be read again, and the exception propagates. Returns how many were consumed."""
-        records = self._read(max_count, True)
+        be read again, and the exception propagates. Returns how many were consumed. With
+        ``positions``, the records' positions are appended to it before ``sink`` runs."""
+        records = self._read(max_count, True, positions)
         if not records:
             return 0
         first = self._peek_mark  # where the first record starts
@@ -528,7 +605,7 @@ class DiskQueue:
             self._events.read(self)
         return len(records)
 
-    def _read(self, max_count: int, peek: bool) -> list[bytes]:
+    def _read(self, max_count: int, peek: bool, positions: list[int] | None = None) -> list[bytes]:
         """Records from the read position, consumed. ``peek`` (for :meth:`read_into`): stop
         at the end of the segment or before an error once some records were found, so that
         they can be put back."""
@@ -564,8 +641,14 @@ class DiskQueue:
             pos = self.read_pos
             off = pos - self._rbuf_pos
             want = max_count - len(out)
+            start = pos
             got, off, pos, need, bad_size = split_records(buf, off, pos, limit, want, mn, mx, out)
             bad = None if bad_size is None else "invalid message read size (%d)" % bad_size
+            if got and positions is not None:
+                at = (self.read_file_num << POS_SHIFT) + start
+                for r in out[len(out) - got :]:
+                    positions.append(at)
+                    at += 4 + len(r)
             if got:
                 self.read_pos = pos
                 self.depth -= got
@@ -646,7 +729,9 @@ class DiskQueue:
         self.read_pos = 0
         # go-diskqueue syncs every time it starts reading from a new file
         self._need_sync = True
-        self._remove_segment(old)
+        if self.acks is None:
+            self._remove_segment(old)
+        # else: deleted once the floor has passed it (a sync job's release)
 
     def _remove_segment(self, file_num: int) -> None:
         path = self.file_name(file_num)
@@ -710,6 +795,12 @@ class DiskQueue:
 
     # ------------------------------------------------------------------ sync
 
+    def mark_dirty(self) -> None:
+        """Something beyond reads and writes changed (the floor, the journal): persist it
+        with the next sync round."""
+        if self._events is not None:
+            self._events.dirty(self)
+
     def needs_sync(self, now: float | None = None) -> bool:
         """True after sync_every reads+writes, a roll-over or a read error, or when there was
         activity and sync_timeout has passed since the last sync (``now``: time.monotonic())."""
@@ -726,35 +817,67 @@ class DiskQueue:
             now = time.monotonic()
         return now - self._last_sync >= self.sync_timeout
 
-    def prepare_sync(self) -> SyncJob:
-        """Snapshot what must be made durable (cheap, on the loop thread)."""
+    def prepare_sync(self, force_meta: bool = True) -> SyncJob:
+        """Snapshot what must be made durable (cheap, on the loop thread).
+
+        Without ``force_meta`` (the daemon's group commit) the metadata is written at most
+        once per sync_timeout: the data's fsync is what makes a write durable (opening after
+        a crash finds the records past a stale write position), and a read position a little
+        behind only means records delivered again. The job's ``again`` then says the queue
+        still has metadata to write."""
+        now = time.monotonic()
         self._ops = 0
         self._need_sync = False
-        self._last_sync = time.monotonic()
+        self._last_sync = now
         if self._closed:
             return SyncJob(self, [], None, 0, self._epoch, False)
         fds, self._retired = self._retired, []
         if self._wfd is not None and self._wdirty:
             fds.append((os.dup(self._wfd), self.file_name(self.write_file_num)))
             self._wdirty = False
+        j = self.journal
+        if j is not None:
+            if j.buf:
+                try:
+                    j.flush()
+                except OSError as e:
+                    self._log.error("DISKQUEUE(%s) failed to write its journal - %s", self.name, e)
+            jfd = j.sync_fd()
+            if jfd is not None:
+                fds.append(jfd)
         meta: str | None = self.metadata_text()
-        if meta == self._last_meta and not fds:
+        again = False
+        if meta == self._last_meta:
             meta = None
+        elif not force_meta and now - self._meta_time < self.sync_timeout:
+            meta = None
+            again = True
         else:
             self._last_meta = meta
+            self._meta_time = now
+        release = range(0)
+        if meta is not None and self.acks is not None:
+            floor_file = self.floor_file()
+            with self._lock:
+                if floor_file > self._kept_from:
+                    release = range(self._kept_from, floor_file)
+                    self._kept_from = floor_file
         self._seq += 1
         dir_first = self._created
         self._created = False
-        return SyncJob(self, fds, meta, self._seq, self._epoch, dir_first)
+        return SyncJob(self, fds, meta, self._seq, self._epoch, dir_first, release, again)
 
     def sync(self) -> None:
         """fsync and persist the metadata now, blocking."""
         self.prepare_sync().run()
 
-    def _sync_failed(self) -> None:
+    def _sync_failed(self, release: range = range(0)) -> None:
         # called from a SyncJob thread: plain stores, read by the loop later
         self._need_sync = True
         self._last_meta = None
+        if release:
+            with self._lock:
+                self._kept_from = min(self._kept_from, release.start)
 
     def _persist_metadata(self, text: str, seq: int, epoch: int) -> None:
         tmp = temp_name(self._meta_path)
@@ -788,7 +911,7 @@ class DiskQueue:
                 pass
             except OSError as e:
                 self._log.error("DISKQUEUE(%s) failed to remove metadata file - %s", self.name, e)
-        for n in range(self.read_file_num, self.write_file_num + 1):
+        for n in range(min(self._kept_from, self.read_file_num), self.write_file_num + 1):
             path = self.file_name(n)
             try:
                 os.remove(path)
@@ -800,6 +923,7 @@ class DiskQueue:
         self.write_pos = 0
         self.read_file_num = self.write_file_num
         self.read_pos = 0
+        self._kept_from = self.read_file_num
         self.depth = 0
         self._ops = 0
         self._need_sync = False

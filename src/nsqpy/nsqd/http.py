@@ -196,7 +196,7 @@ class HTTPServer:
             raise HTTPError(400, "INVALID_TOPIC")
         return values, self.nsqd.get_topic(name)
 
-    async def _put(self, topic: Topic, bodies: list[bytes], defer: float) -> None:
+    async def _put(self, topic: Topic, bodies: list[bytes], defer: float, conn: object = None) -> None:
         """Publish through the same path as TCP PUB/MPUB (including waiting for the fsync
         when --sync-every is reached); any failure is Go's 503 EXITING (the cause, e.g. a
         full disk, is logged and shown by /ping)."""
@@ -219,7 +219,7 @@ class HTTPServer:
                 if not done.done():
                     done.set_result(err)
 
-            syncer.wait(synced)
+            syncer.wait(synced, key=conn)  # the connection publishes again, as a TCP client
             err = await done
             if err is not None:
                 log.error("TOPIC(%s): failed to sync message(s) - %s", topic.name, err)
@@ -250,7 +250,7 @@ class HTTPServer:
             if ns < 0 or ns > _ns(opts.max_req_timeout):
                 raise HTTPError(400, "INVALID_DEFER")
             defer = ns / 1_000_000_000
-        await self._put(topic, [body], defer)
+        await self._put(topic, [body], defer, request.transport)
         return "OK"
 
     async def mpub(self, request: web.Request, params: Params) -> Any:
@@ -279,7 +279,7 @@ class HTTPServer:
                 raise HTTPError(413, e.code[2:]) from None
         else:
             bodies = _split_text_mpub(body, max_body + 1, opts.max_msg_size)
-        await self._put(topic, bodies, 0.0)
+        await self._put(topic, bodies, 0.0, request.transport)
         return "OK"
 
     # --- topics and channels -----------------------------------------------------------------

@@ -247,7 +247,9 @@ class NSQD:
         except (OSError, RuntimeError) as e:
             raise RuntimeError(f"failed to lock data-path: {e}") from None
         try:
-            self.syncer = Syncer(self._loop, opts.sync_timeout, self._sync_result)
+            self.syncer = Syncer(
+                self._loop, opts.sync_timeout, self._sync_result, gather=opts.sync_every == 1
+            )
             self.syncer.start()
             self.load_metadata()
             # as Go's nsqd: prove the data path is writable before accepting a message
@@ -556,6 +558,14 @@ class NSQD:
             log=log,
             events=self.syncer,
         )
+
+    @property
+    def crash_safe(self) -> bool:
+        """The crash-safe mode (``--mem-queue-size=0 --sync-every=1``): every message is on
+        disk until it is finished, and a kill -9 loses nothing acknowledged (see
+        :mod:`nsqpy.nsqd.journal`)."""
+        opts = self.options
+        return opts.mem_queue_size == 0 and opts.sync_every == 1
 
     @property
     def loading(self) -> bool:

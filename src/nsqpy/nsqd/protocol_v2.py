@@ -96,7 +96,7 @@ class ProtocolV2(ClientV2):
         validate = self._validate
         while not self.closed and not self._suspended:
             ch = self.channel
-            if ch is not None and ch.e2e is None and not self._tls_block:
+            if ch is not None and ch.e2e is None and ch.ledger is None and not self._tls_block:
                 # the consumer's hot path: a run of FINs straight off the in-flight index
                 # (what _fin does for each; one that fails is left to it, for its error)
                 n = parser.apply_fins(ch.in_flight, self)

@@ -7,19 +7,26 @@ channel appears or on unpause, the backlog from disk in chunks so the loop stays
 A disk write that fails loses nothing: a publish is refused (the publisher is told), and a
 chunk of the backlog stays in the topic's DiskQueue until every channel has taken it (it is
 retried every DRAIN_RETRY seconds, each channel skipping what it already took).
+
+DPUB messages held in the DiskQueue keep their due time in the topic's journal
+(:class:`~nsqpy.nsqd.journal.Dues`; NSQ delivers them at once when they reach a channel).
 """
 
 from __future__ import annotations
 
 import logging
+import operator
+import os
+import time
 from collections import deque
 from typing import TYPE_CHECKING, Any
 
 from ..protocol.names import is_ephemeral
 from .backend import BackendQueue, Queued
 from .channel import Channel, decode_records, encode_messages
-from .diskqueue import DiskQueueError, DiskQueueWriteError
+from .diskqueue import DiskQueue, DiskQueueError, DiskQueueWriteError
 from .guid import TWEPOCH
+from .journal import Dues, journal_path
 from .message import Message, copy_messages, new_messages
 from .quantile import aggregate_result
 
@@ -27,6 +34,8 @@ if TYPE_CHECKING:
     from .nsqd import NSQD
 
 log = logging.getLogger("nsqd")
+
+_defer_of = operator.attrgetter("defer")
 
 #: Messages moved from a topic's DiskQueue to its channels per event-loop turn.
 DRAIN_CHUNK = 5000
@@ -47,6 +56,7 @@ class Topic(Queued):
         "_draining",
         "backend",
         "channels",
+        "dues",
         "ephemeral",
         "exiting",
         "message_bytes",
@@ -69,6 +79,12 @@ class Topic(Queued):
         self.message_count = 0
         self.message_bytes = 0
         self.backend: BackendQueue = nsqd.make_backend(name)
+        #: the due times of DPUB messages in the DiskQueue (made with the first such message,
+        #: or from a journal an earlier run left)
+        self.dues: Dues | None = None
+        b = self.backend
+        if isinstance(b, DiskQueue) and os.path.exists(journal_path(b)):
+            self._open_dues()
         self._draining = False
         #: a backlog chunk whose move failed: its position, and how many of its messages
         #: each channel (by name) already took
@@ -102,6 +118,12 @@ class Topic(Queued):
             self._distribute(msgs)
         self.message_count += n
 
+    def _open_dues(self) -> Dues | None:
+        b = self.backend
+        if self.dues is None and isinstance(b, DiskQueue):
+            self.dues = Dues(b, log)
+        return self.dues
+
     def _hold(self, msgs: list[Message]) -> None:
         free = self.nsqd.options.mem_queue_size - len(self.queue)
         if free >= len(msgs):
@@ -110,10 +132,26 @@ class Topic(Queued):
         keep = max(free, 0)
         try:
             if self.backend.durable:  # else ephemeral: NSQ drops the overflow
-                self.backend.put_many(encode_messages(msgs[keep:]))
+                self._write(msgs[keep:])
         finally:
             if keep:  # kept even when the overflow failed: the publisher is told anyway
                 self.queue.extend(msgs[:keep])
+
+    def _write(self, msgs: list[Message]) -> None:
+        """Messages to the DiskQueue, a deferred one's due time to the journal."""
+        if not any(map(_defer_of, msgs)):
+            self.backend.put_many(encode_messages(msgs))
+            return
+        positions: list[int] = []
+        try:
+            self.backend.put_many(encode_messages(msgs), positions)
+        finally:
+            dues = self._open_dues()
+            if dues is not None and positions:
+                try:
+                    dues.wrote(msgs, positions, time.time_ns())
+                except OSError as e:
+                    raise DiskQueueWriteError(str(e), len(positions)) from e
 
     def _distribute(self, msgs: list[Message], done: dict[str, int] | None = None) -> None:
         """Give every channel its copy; the first write failure is raised.
@@ -178,7 +216,11 @@ class Topic(Queued):
         if self.exiting or self.paused or self.starting or not self.channels or not b.depth:
             return
         try:
-            b.read_into(DRAIN_CHUNK, self._move_chunk)
+            if self.dues is None:
+                b.read_into(DRAIN_CHUNK, self._move_chunk)
+            else:
+                positions: list[int] = []
+                b.read_into(DRAIN_CHUNK, lambda records: self._move_chunk(records, positions), positions)
         except DiskQueueError as e:
             log.error(
                 "TOPIC(%s): failed to move messages to its channels - %s (retrying in %gs)",
@@ -195,16 +237,27 @@ class Topic(Queued):
             self._draining = True
             self.nsqd.loop.call_soon(self._drain_backend)
 
-    def _move_chunk(self, records: list[bytes]) -> None:
+    def _move_chunk(self, records: list[bytes], positions: list[int] | None = None) -> None:
         b = self.backend
         at = b.read_position
         if self._drain_at != at:
             self._drain_at = at
             self._drain_done = {}
         done = self._drain_done
+        delays = None
+        if positions is not None and self.dues is not None:
+            delays = self.dues.delays(records, positions, time.time_ns())
+            if not self.dues.dues and not self.nsqd.crash_safe:
+                self.dues.delete()
+                self.dues = None
         chans = list(self.channels.values())
         only = chans[0] if len(chans) == 1 else None
-        if only is not None and only.backend.durable and len(only.queue) >= self.nsqd.options.mem_queue_size:
+        if (
+            delays is None
+            and only is not None
+            and only.backend.durable
+            and len(only.queue) >= self.nsqd.options.mem_queue_size
+        ):
             # no need to decode what goes back to disk as is
             skip = done.get(only.name, 0)
             try:
@@ -217,6 +270,9 @@ class Topic(Queued):
             msgs = decode_records(records, f"TOPIC({self.name})")
             if len(msgs) != len(records):
                 done.clear()  # cannot happen (the DiskQueue checks sizes); stay safe
+            elif delays is not None:
+                for m, d in zip(msgs, delays, strict=True):
+                    m.defer = d
             self._distribute(msgs, done)
 
     # --- channels ---------------------------------------------------------------------------
@@ -265,6 +321,9 @@ class Topic(Queued):
     def empty(self) -> None:
         self.queue.clear()
         self.backend.empty()
+        if self.dues is not None:
+            self.dues.empty()
+            self.dues = None
 
     def close(self) -> None:
         """Topic deleted: close every channel (disconnecting their clients), drop its files."""
@@ -273,6 +332,9 @@ class Topic(Queued):
             ch.close()
         self.channels.clear()
         self.queue.clear()
+        if self.dues is not None:
+            self.dues.delete()  # before the queue's files: a journal never outlives them
+            self.dues = None
         self.backend.delete()
 
     def flush(self) -> list[str]:
@@ -281,8 +343,9 @@ class Topic(Queued):
         errors = []
         if self.backend.durable and self.queue:
             n = len(self.queue)
+            held = list(self.queue)
             try:
-                self.backend.put_many(encode_messages(list(self.queue)))
+                self._write(held)
                 log.info("TOPIC(%s): flushed %d message(s) to disk", self.name, n)
             except DiskQueueError as e:
                 lost = n - getattr(e, "written", 0)

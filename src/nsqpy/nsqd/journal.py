@@ -1,0 +1,831 @@
+"""Crash-safe delivery: what a queue did with the records it read, kept beside its DiskQueue.
+
+An nsqpy addition. NSQ keeps what it has taken off its disk queue in memory only, so a crash
+loses messages in flight, requeued, deferred or read ahead even with ``--mem-queue-size=0
+--sync-every=1`` (nsqio/nsq #510, #625, #1107). In that mode (the *crash-safe mode*) every
+message of a channel is in the channel's DiskQueue, and the channel reads ahead without
+letting go of what it read: the read position the queue's metadata records is the **floor**,
+the oldest record not yet finished, and segments are deleted only once the floor has passed
+them (:class:`Window`). The journal beside the queue, ``<queue>.diskqueue.journal.dat``,
+records what became of the records above the floor (:class:`Ledger`):
+
+- ``F`` the record is finished (FIN, sampled out, emptied, or moved: see below): skip it;
+- ``D`` the record was handed out: its attempts so far (written before the message is sent);
+- ``T`` the record is deferred until a due time (REQ with a delay, DPUB).
+
+After a crash (or a clean stop) the channel reads again from the floor and the journal says
+which records to skip, what attempts the others had and which wait. A record is named by its
+position in the queue *and* its message id, both checked, so a stale journal never hides a
+message. A message that pins the floor far behind the reader (deferred for an hour, held by a
+slow consumer) is **moved**: a copy is appended to the queue, and the original is journaled
+as finished once the copy is fsynced. A topic uses the same journal, with ``T`` records only,
+for DPUB messages it holds while it has no channel (:class:`Dues`).
+
+The Go nsqd ignores the journal. On a directory written in this mode it starts from the
+floor and delivers everything above it again (finished messages too, deferred ones at once):
+more than once, never less.
+
+File format: the 8 bytes ``NSQPYJ01``, then frames ``[uint32 length][uint32 CRC-32][records]``
+(big endian), each record ``[kind:1][position:int64][id:16][value:int64]``, a position being
+``segment number << 40 | offset``. One frame per write: replay stops at the first frame that
+is short or fails its checksum (a torn write), and the file is cut there.
+"""
+
+from __future__ import annotations
+
+import errno
+import logging
+import os
+import struct
+import zlib
+from array import array
+from collections import deque
+from collections.abc import Callable, Iterable, Sequence
+from itertools import islice
+from typing import TYPE_CHECKING, Protocol
+
+from ..protocol.frames import MESSAGE_BODY_OFFSET as BODY_AT
+from ..protocol.frames import MESSAGE_ID_OFFSET as ID_AT
+from .fileio import path_error, remove_quietly, temp_name
+
+if TYPE_CHECKING:
+    from .diskqueue import DiskQueue
+    from .message import Message
+
+__all__ = [
+    "JOURNAL_SUFFIX",
+    "Dues",
+    "Journal",
+    "Ledger",
+    "Window",
+    "position",
+    "split_position",
+]
+
+#: ``<queue name>`` + this is the journal's file name in the data path
+JOURNAL_SUFFIX = ".diskqueue.journal.dat"
+
+MAGIC = b"NSQPYJ01"
+FINISHED = b"F"
+DELIVERED = b"D"
+DUE = b"T"
+
+_FRAME = struct.Struct(">II")
+_RECORD = struct.Struct(">cq16sq")
+RECORD_SIZE = _RECORD.size
+_pack_record = _RECORD.pack
+_pack_into = _RECORD.pack_into
+
+#: bits of a position that hold the offset in the segment (1 TiB segments)
+POS_SHIFT = 40
+_OFFSET_MASK = (1 << POS_SHIFT) - 1
+
+#: a journal is rewritten as its state once it is this big and 4x what that state takes
+COMPACT_MIN_BYTES = 4 << 20
+#: the floor is moved (pinning messages copied to the tail) once this many records are read
+#: above it and they are 4x the messages still unfinished
+RELOCATE_MIN_SPAN = 65536
+#: finished entries dropped from the front of a window once there are this many
+_WINDOW_COMPACT = 4096
+
+
+def position(file_num: int, offset: int) -> int:
+    """A record's position: its segment number and offset in one int."""
+    return file_num << POS_SHIFT | offset
+
+
+def split_position(pos: int) -> tuple[int, int]:
+    return pos >> POS_SHIFT, pos & _OFFSET_MASK
+
+
+class Floor(Protocol):
+    """What a DiskQueue asks of the records it has read but may not let go of yet."""
+
+    @property
+    def span(self) -> int: ...
+
+    def floor(self) -> int | None: ...
+
+
+class Window:
+    """The records read from a queue since the floor, in order: their positions, ids and
+    whether each is finished. Sequence numbers count every record the window ever took."""
+
+    __slots__ = ("base", "done", "head", "ids", "pos")
+
+    def __init__(self) -> None:
+        self.pos = array("q")
+        self.ids = bytearray()
+        self.done = bytearray()
+        #: index of the first unfinished entry (the floor), len(pos) if none
+        self.head = 0
+        #: sequence number of index 0
+        self.base = 0
+
+    @property
+    def span(self) -> int:
+        """Entries from the floor on (finished or not): records read above the floor."""
+        return len(self.pos) - self.head
+
+    def floor(self) -> int | None:
+        """The position of the oldest unfinished record, None when every one is finished."""
+        return self.pos[self.head] if self.head < len(self.pos) else None
+
+    def add(self, pos: int, msg_id: bytes, done: bool = False) -> int:
+        """One record read; returns its sequence number."""
+        seq = self.base + len(self.pos)
+        self.pos.append(pos)
+        self.ids += msg_id
+        self.done.append(done)
+        if done and self.head == seq - self.base:
+            self._advance()
+        return seq
+
+    def extend(self, positions: Sequence[int], ids: Iterable[bytes]) -> int:
+        """Unfinished records read in a row; returns the first one's sequence number."""
+        seq = self.base + len(self.pos)
+        self.pos.extend(positions)
+        self.ids += b"".join(ids)
+        self.done += bytes(len(positions))
+        return seq
+
+    def position_of(self, seq: int) -> int:
+        return self.pos[seq - self.base]
+
+    def finish(self, seq: int) -> int:
+        """Mark a record finished (the floor moves on when it was the oldest); returns its
+        position."""
+        i = seq - self.base
+        pos = self.pos[i]
+        self.done[i] = 1
+        if i == self.head:
+            self._advance()
+        return pos
+
+    def _advance(self) -> None:
+        h = self.done.find(0, self.head)
+        self.head = len(self.done) if h < 0 else h
+        if self.head >= _WINDOW_COMPACT and 2 * self.head >= len(self.done):
+            h = self.head
+            del self.pos[:h]
+            del self.ids[: 16 * h]
+            del self.done[:h]
+            self.base += h
+            self.head = 0
+
+    def finished_entries(self) -> Iterable[tuple[int, bytes]]:
+        """(position, id) of the finished entries above the floor."""
+        done = self.done
+        pos = self.pos
+        ids = self.ids
+        i = self.head
+        while True:
+            i = done.find(1, i)
+            if i < 0:
+                return
+            yield pos[i], bytes(ids[16 * i : 16 * i + 16])
+            i += 1
+
+    def reset(self) -> None:
+        self.base += len(self.pos)
+        self.pos = array("q")
+        self.ids = bytearray()
+        self.done = bytearray()
+        self.head = 0
+
+
+class Journal:
+    """The journal file: records buffered in memory, appended one frame per :meth:`flush`."""
+
+    __slots__ = ("_fd", "buf", "dirty", "log", "path", "size")
+
+    def __init__(self, path: str, log: logging.Logger) -> None:
+        self.path = path
+        self.log = log
+        self._fd: int | None = None
+        #: records not yet written
+        self.buf = bytearray()
+        #: bytes in the file
+        self.size = 0
+        #: written since the last :meth:`sync_fd`
+        self.dirty = False
+
+    def add(self, kind: bytes, pos: int, msg_id: bytes, value: int) -> None:
+        self.buf += _pack_record(kind, pos, msg_id, value)
+
+    def replay(self) -> list[tuple[bytes, int, bytes, int]]:
+        """The records in the file, up to a torn or corrupt frame (the file is cut there).
+        A file without the magic is set aside (``.bad``) and nothing is returned."""
+        try:
+            with open(self.path, "rb") as f:
+                raw = f.read()
+        except FileNotFoundError:
+            return []
+        except OSError as e:
+            self.log.error("JOURNAL(%s): failed to read - %s (ignored)", self.path, e)
+            return []
+        if raw[: len(MAGIC)] != MAGIC:
+            if raw:
+                self.log.error("JOURNAL(%s): not a journal, saved as .bad", self.path)
+                try:
+                    os.replace(self.path, self.path + ".bad")
+                except OSError as e:
+                    self.log.error("JOURNAL(%s): failed to set aside - %s", self.path, e)
+            else:
+                remove_quietly(self.path)
+            return []
+        out: list[tuple[bytes, int, bytes, int]] = []
+        at = len(MAGIC)
+        end = len(raw)
+        while at + _FRAME.size <= end:
+            n, crc = _FRAME.unpack_from(raw, at)
+            body = at + _FRAME.size
+            if n % RECORD_SIZE or body + n > end:
+                break
+            payload = raw[body : body + n]
+            if zlib.crc32(payload) != crc:
+                break
+            out.extend(_RECORD.iter_unpack(payload))
+            at = body + n
+        if at < end:
+            self.log.warning(
+                "JOURNAL(%s): cutting a torn or corrupt tail at %d of %d bytes", self.path, at, end
+            )
+            try:
+                os.truncate(self.path, at)
+            except OSError as e:
+                self.log.error("JOURNAL(%s): failed to truncate - %s", self.path, e)
+        self.size = at
+        return out
+
+    def _open(self) -> int:
+        fd = self._fd
+        if fd is None:
+            try:
+                fd = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+                if os.fstat(fd).st_size == 0:
+                    self._write(fd, MAGIC)
+                    self.size = len(MAGIC)
+            except OSError as e:
+                if fd is not None:
+                    os.close(fd)
+                raise path_error("open", self.path, e) from None
+            self._fd = fd
+        return fd
+
+    @staticmethod
+    def _write(fd: int, data: bytes) -> None:
+        view = memoryview(data)
+        while view:
+            n = os.write(fd, view)
+            if n <= 0:
+                raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+            view = view[n:]
+
+    def flush(self) -> None:
+        """Append the buffered records as one frame. Raises a PathError (``write <file>:
+        …``); the records stay buffered, to be tried again."""
+        buf = self.buf
+        if not buf:
+            return
+        fd = self._open()
+        payload = bytes(buf)
+        frame = _FRAME.pack(len(payload), zlib.crc32(payload)) + payload
+        try:
+            self._write(fd, frame)
+        except OSError as e:
+            # a partial frame fails its checksum at replay; cut it off now all the same
+            try:
+                os.ftruncate(fd, self.size)
+            except OSError:
+                pass
+            raise path_error("write", self.path, e) from None
+        del buf[: len(payload)]
+        self.size += len(frame)
+        self.dirty = True
+
+    def sync_fd(self) -> tuple[int, str] | None:
+        """A descriptor to fsync (a duplicate, the caller closes it) if written since the
+        last call."""
+        if not self.dirty or self._fd is None:
+            return None
+        self.dirty = False
+        return os.dup(self._fd), self.path
+
+    def rewrite(self, records: bytes) -> None:
+        """Replace the file by one frame of ``records`` (temp file, fsync, rename): the
+        buffered records are dropped (``records`` says what is true now). Raises PathError."""
+        self.buf.clear()
+        self.close()
+        if not records:
+            self.delete()
+            return
+        tmp = temp_name(self.path)
+        data = MAGIC + _FRAME.pack(len(records), zlib.crc32(records)) + records
+        try:
+            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+            try:
+                self._write(fd, data)
+                os.fsync(fd)
+            finally:
+                os.close(fd)
+            os.replace(tmp, self.path)
+        except OSError as e:
+            remove_quietly(tmp)
+            raise path_error("write", tmp, e) from None
+        self.size = len(data)
+        self.dirty = True
+
+    def close(self) -> None:
+        if self._fd is not None:
+            try:
+                os.close(self._fd)
+            except OSError:
+                pass
+            self._fd = None
+
+    def delete(self) -> None:
+        """Remove the file (the queue is gone, or the journal says nothing any more)."""
+        self.buf.clear()
+        self.close()
+        try:
+            os.remove(self.path)
+        except FileNotFoundError:
+            pass
+        except OSError as e:
+            self.log.error("JOURNAL(%s): failed to remove - %s", self.path, e)
+        self.size = 0
+        self.dirty = False
+
+
+def journal_path(dq: DiskQueue) -> str:
+    return os.path.join(dq.data_path, dq.name + JOURNAL_SUFFIX)
+
+
+def _reader_position(dq: DiskQueue) -> int:
+    return position(dq.read_file_num, dq.read_pos)
+
+
+class Waiter(Protocol):
+    """The daemon's Syncer: calls ``waiter(error)`` once the next sync round has run."""
+
+    def wait(self, waiter: Callable[[BaseException | None], None]) -> None: ...
+
+
+class Ledger:
+    """A channel's records read from its DiskQueue: which messages in memory they are (the
+    anchors), what became of them, and what a journal left by an earlier run says about the
+    records still ahead of the reader.
+
+    With ``tracking`` (the crash-safe mode) it keeps the floor and writes the journal;
+    without, it only applies an earlier run's journal to the records it names, and is done
+    (:attr:`spent`) once the reader has passed them.
+    """
+
+    __slots__ = (
+        "_pending",
+        "adopt",
+        "anchors",
+        "attempts",
+        "dq",
+        "dues",
+        "journal",
+        "log",
+        "moved",
+        "queued",
+        "skip",
+        "syncer",
+        "tracking",
+        "where",
+        "window",
+    )
+
+    def __init__(self, dq: DiskQueue, tracking: bool, log: logging.Logger, syncer: Waiter | None) -> None:
+        self.dq = dq
+        self.tracking = tracking
+        self.log = log
+        self.syncer = syncer
+        self.where = f"CHANNEL({dq.name})"
+        self.journal = Journal(journal_path(dq), log)
+        self.window = Window()
+        #: message in memory -> its record's sequence number in the window
+        self.anchors: dict[Message, int] = {}
+        #: moved messages whose copy the reader has not reached: message -> copy's position
+        self.moved: dict[Message, int] = {}
+        #: the reverse: copy's position -> the message in memory it belongs to
+        self.adopt: dict[int, Message] = {}
+        #: from the journal, for records ahead of the reader: position -> id of a finished
+        #: one, (id, attempts) of one handed out, (id, due ns) of a deferred one
+        self.skip: dict[int, bytes] = {}
+        self.attempts: dict[int, tuple[bytes, int]] = {}
+        self.dues: dict[int, tuple[bytes, int]] = {}
+        #: how many messages at the head of the channel's queue have their D record
+        self.queued = 0
+        #: originals of moved messages, journaled as finished once their copies are fsynced
+        self._pending: dict[int, bytes] = {}
+        self._replay()
+        if tracking:
+            dq.acks = self.window
+            dq.journal = self.journal
+
+    @classmethod
+    def open(cls, dq: DiskQueue, tracking: bool, log: logging.Logger, syncer: Waiter | None) -> Ledger | None:
+        """The ledger of a channel's queue: always in the crash-safe mode, else only while an
+        earlier run's journal has something to say."""
+        if not tracking and not os.path.exists(journal_path(dq)):
+            return None
+        ledger = cls(dq, tracking, log, syncer)
+        if not tracking and ledger.spent:
+            ledger.journal.delete()
+            return None
+        return ledger
+
+    # --- replay ---------------------------------------------------------------------------
+
+    def _replay(self) -> None:
+        floor = _reader_position(self.dq)
+        skip = self.skip
+        attempts = self.attempts
+        dues = self.dues
+        n = 0
+        for kind, pos, msg_id, value in self.journal.replay():
+            if pos < floor:
+                continue  # the floor has passed it
+            n += 1
+            if kind == FINISHED:
+                skip[pos] = msg_id
+                attempts.pop(pos, None)
+                dues.pop(pos, None)
+            elif pos in skip:
+                continue
+            elif kind == DELIVERED:
+                a = attempts.get(pos)
+                if a is None or a[0] != msg_id or a[1] < value:
+                    attempts[pos] = (msg_id, value)
+            elif kind == DUE:
+                dues[pos] = (msg_id, value)
+        if n:
+            self.log.info(
+                "%s: journal: %d finished, %d handed out, %d deferred record(s) ahead",
+                self.where,
+                len(skip),
+                len(attempts),
+                len(dues),
+            )
+        if self.tracking or not self.spent:
+            self._rewrite()  # the file holds what is still true, and nothing older
+
+    @property
+    def spent(self) -> bool:
+        """Nothing left to apply and nothing to track: the journal can go."""
+        return not self.tracking and not (self.skip or self.attempts or self.dues)
+
+    # --- reading ----------------------------------------------------------------------------
+
+    def read(self, want: int, decode: object, now_ns: int) -> tuple[list[Message], list[tuple[Message, int]]]:
+        """Up to ``want`` records from the queue, as messages: those to queue now, and the
+        deferred ones with their due time (ns). ``decode`` turns records into messages
+        (:func:`~nsqpy.nsqd.channel.decode_records`)."""
+        positions: list[int] = []
+        records = self.dq.read(want, positions)
+        if not records:
+            return [], []
+        msgs: list[Message] = decode(records, self.where)  # type: ignore[operator]
+        if not (self.skip or self.attempts or self.dues or self.adopt) and len(msgs) == len(records):
+            if self.tracking:
+                seq = self.window.extend(positions, (m.id for m in msgs))
+                self.anchors.update(zip(msgs, range(seq, seq + len(msgs)), strict=True))
+            return msgs, []
+        return self._read_slow(records, positions, msgs, now_ns)
+
+    def _read_slow(
+        self, records: list[bytes], positions: list[int], decoded: list[Message], now_ns: int
+    ) -> tuple[list[Message], list[tuple[Message, int]]]:
+        by_id = {m.id: m for m in decoded}  # decode skips no valid record (sizes are checked)
+        skip = self.skip
+        adopt = self.adopt
+        attempts = self.attempts
+        dues = self.dues
+        tracking = self.tracking
+        window = self.window
+        now: list[Message] = []
+        later: list[tuple[Message, int]] = []
+        for r, pos in zip(records, positions, strict=True):
+            msg_id = r[ID_AT:BODY_AT]
+            if skip and skip.pop(pos, None) == msg_id:
+                attempts.pop(pos, None)
+                dues.pop(pos, None)
+                if tracking:
+                    window.add(pos, msg_id, done=True)
+                continue
+            owner = adopt.pop(pos, None) if adopt else None
+            if owner is not None and owner.id == msg_id:
+                # the copy of a moved message: the message in memory is anchored to it now
+                self.moved.pop(owner, None)
+                self.anchors[owner] = window.add(pos, msg_id)
+                continue
+            msg = by_id.get(msg_id)
+            if msg is None:
+                continue
+            a = attempts.pop(pos, None) if attempts else None
+            if a is not None and a[0] == msg_id and a[1] > msg.attempts:
+                msg.attempts = min(a[1], 65535)
+            if tracking:
+                self.anchors[msg] = window.add(pos, msg_id)
+            d = dues.pop(pos, None) if dues else None
+            if d is not None and d[0] == msg_id and d[1] > now_ns:
+                later.append((msg, d[1]))
+            else:
+                now.append(msg)
+        if not tracking and (skip or attempts or dues):
+            reader = _reader_position(self.dq)
+            for table in (skip, attempts, dues):
+                stale = [p for p in table if p < reader]
+                for p in stale:
+                    del table[p]  # passed without its record (a torn or skipped segment)
+        return now, later
+
+    # --- what becomes of messages ---------------------------------------------------------------
+
+    def _position(self, msg: Message) -> int | None:
+        seq = self.anchors.get(msg)
+        if seq is not None:
+            return self.window.position_of(seq)
+        return self.moved.get(msg)
+
+    def delivering(self, queue: deque[Message]) -> None:
+        """The channel is about to send from ``queue``: journal the attempt each message
+        queued since the last call will make, and write the journal out (before any of them
+        reaches a socket). The caller sets :attr:`queued` to what is left once it has sent."""
+        n = len(queue)
+        if self.queued < n:
+            add = self.journal.add
+            anchors = self.anchors
+            window = self.window
+            moved = self.moved
+            for m in islice(queue, self.queued, n):
+                seq = anchors.get(m)
+                if seq is not None:
+                    add(DELIVERED, window.position_of(seq), m.id, m.attempts + 1)
+                else:
+                    pos = moved.get(m)
+                    if pos is not None:
+                        add(DELIVERED, pos, m.id, m.attempts + 1)
+        self.flush()
+
+    def finished(self, msg: Message) -> None:
+        """FIN (or sampled out): the record is done."""
+        if not self.journal.buf:
+            self.dq.mark_dirty()  # the floor and the journal go to disk with the next round
+        seq = self.anchors.pop(msg, None)
+        if seq is not None:
+            pos = self.window.finish(seq)
+        else:
+            moved = self.moved.pop(msg, None)
+            if moved is None:
+                return  # not one of the queue's records
+            pos = moved
+            self.adopt.pop(pos, None)
+            self.skip[pos] = msg.id
+        self.journal.add(FINISHED, pos, msg.id, 0)
+
+    def deferred(self, msg: Message, due_ns: int) -> None:
+        """REQ with a delay: the message waits until ``due_ns`` (ns since the epoch)."""
+        pos = self._position(msg)
+        if pos is not None:
+            if not self.journal.buf:
+                self.dq.mark_dirty()
+            self.journal.add(DUE, pos, msg.id, due_ns)
+
+    def wrote(self, msgs: Sequence[Message], positions: Sequence[int], now_ns: int) -> None:
+        """``msgs`` were appended to the queue at ``positions``: the deferred ones (DPUB)
+        wait until due. Raises PathError if the journal cannot say so."""
+        add = self.journal.add
+        dues = self.dues
+        any_due = False
+        for m, pos in zip(msgs, positions, strict=False):
+            if m.defer:
+                due = now_ns + int(m.defer * 1e9)
+                dues[pos] = (m.id, due)
+                add(DUE, pos, m.id, due)
+                any_due = True
+        if any_due:
+            self.journal.flush()
+
+    def flush(self) -> None:
+        """Write the buffered records (errors are logged: what is lost is a redelivery or an
+        attempt uncounted after a crash), compacting the journal when it has grown."""
+        j = self.journal
+        if j.buf:
+            try:
+                j.flush()
+            except OSError as e:
+                self.log.error("%s: failed to write the journal - %s", self.where, e)
+                if len(j.buf) > COMPACT_MIN_BYTES:
+                    j.buf.clear()  # give up rather than grow without bound
+                return
+        if j.size > COMPACT_MIN_BYTES and j.size > 4 * RECORD_SIZE * self._state_size():
+            self.compact()
+
+    # --- moving the floor -------------------------------------------------------------------------
+
+    def relocate(self, due_times: Callable[[], dict[Message, int]]) -> int:
+        """When the floor is pinned far behind the reader by a few messages, append copies of
+        those in the older half of the window to the queue (with their attempts, and the due
+        time ``due_times()`` gives a deferred one) and let the floor pass their originals.
+        Returns how many moved."""
+        w = self.window
+        span = w.span
+        if span < RELOCATE_MIN_SPAN or span < 4 * len(self.anchors):
+            return 0
+        cutoff = w.base + w.head + span // 2
+        victims = [m for m, seq in self.anchors.items() if seq < cutoff]
+        if not victims:
+            return 0
+        from .channel import encode_messages
+
+        due_of = due_times()
+        positions: list[int] = []
+        try:
+            self.dq.put_many(encode_messages(victims), positions)
+        except Exception as e:  # noqa: BLE001 - a DiskQueueError: what was written moves
+            self.log.error("%s: failed to move %d message(s) - %s", self.where, len(victims), e)
+        batch: dict[int, bytes] = {}
+        add = self.journal.add
+        for m, pos in zip(victims, positions, strict=False):
+            old = w.finish(self.anchors.pop(m))
+            self.moved[m] = pos
+            self.adopt[pos] = m
+            due = due_of.get(m)
+            if due is not None:
+                add(DUE, pos, m.id, due)
+            batch[old] = m.id
+        if batch:
+            self.log.info(
+                "%s: moved %d message(s) holding the floor %d record(s) back",
+                self.where,
+                len(batch),
+                span,
+            )
+            self._pending.update(batch)
+            self.flush()
+            if self.syncer is not None:
+                self.syncer.wait(lambda err: self._moved_synced(batch, err))
+        return len(batch)
+
+    def _moved_synced(self, batch: dict[int, bytes], err: BaseException | None) -> None:
+        """The copies of a batch of moved messages are fsynced (or not): their originals
+        are journaled as finished (or, on a failed fsync, the next round is waited for)."""
+        if err is not None:
+            if self.syncer is not None and self._pending:
+                self.syncer.wait(lambda e: self._moved_synced(batch, e))
+            return
+        add = self.journal.add
+        for pos, msg_id in batch.items():
+            if self._pending.pop(pos, None) is not None:
+                add(FINISHED, pos, msg_id, 0)
+        self.flush()
+
+    # --- compaction, emptying ----------------------------------------------------------------------
+
+    def _state_size(self) -> int:
+        return (
+            self.window.span
+            + len(self.anchors)
+            + len(self.moved)
+            + len(self.skip)
+            + len(self.attempts)
+            + len(self.dues)
+        )
+
+    def compact(self, due_of: dict[Message, int] | None = None) -> None:
+        """Rewrite the journal as what it says now (``due_of``: the deferred messages' due
+        times, else the journal's own). The floor is persisted first: the rewritten journal
+        says nothing of the records below it. Errors are logged."""
+        if self.tracking:
+            try:
+                self.dq.sync()
+            except OSError as e:
+                self.log.error("%s: failed to sync before compacting the journal - %s", self.where, e)
+                return
+        self._rewrite(due_of)
+
+    def _rewrite(self, due_of: dict[Message, int] | None = None) -> None:
+        try:
+            self.save(due_of)
+        except OSError as e:
+            self.log.error("%s: failed to compact the journal - %s", self.where, e)
+
+    def save(self, due_of: dict[Message, int] | None = None) -> None:
+        """Replace the journal by what it says now (no file when that is nothing). Raises
+        PathError."""
+        out = bytearray()
+        add = out.extend
+        pending = self._pending
+        for pos, msg_id in self.window.finished_entries():
+            if pos not in pending:
+                add(_pack_record(FINISHED, pos, msg_id, 0))
+        for pos, msg_id in self.skip.items():
+            add(_pack_record(FINISHED, pos, msg_id, 0))
+        for pos, (msg_id, n) in self.attempts.items():
+            add(_pack_record(DELIVERED, pos, msg_id, n))
+        for pos, (msg_id, due) in self.dues.items():
+            add(_pack_record(DUE, pos, msg_id, due))
+        window = self.window
+        for m, seq in self.anchors.items():
+            if m.attempts:
+                add(_pack_record(DELIVERED, window.position_of(seq), m.id, m.attempts))
+        for m, pos in self.moved.items():
+            if m.attempts:
+                add(_pack_record(DELIVERED, pos, m.id, m.attempts))
+        if due_of:
+            for m, due in due_of.items():
+                at = self._position(m)
+                if at is not None:
+                    add(_pack_record(DUE, at, m.id, due))
+        self.journal.rewrite(bytes(out))
+
+    def empty(self) -> None:
+        """The queue was emptied: nothing is left to track or skip."""
+        self.window.reset()
+        self.anchors.clear()
+        self.moved.clear()
+        self.adopt.clear()
+        self.skip.clear()
+        self.attempts.clear()
+        self.dues.clear()
+        self._pending.clear()
+        self.queued = 0
+        self.journal.delete()
+
+    def delete(self) -> None:
+        """The queue is deleted: so is the journal."""
+        self.empty()
+        self.dq.acks = None
+        self.dq.journal = None
+
+
+class Dues:
+    """A topic's DPUB messages held in its DiskQueue (no channel yet, or paused), with their
+    due times, in the topic's journal (``T`` records)."""
+
+    __slots__ = ("dq", "dues", "journal", "log", "where")
+
+    def __init__(self, dq: DiskQueue, log: logging.Logger) -> None:
+        self.dq = dq
+        self.log = log
+        self.where = f"TOPIC({dq.name})"
+        self.journal = Journal(journal_path(dq), log)
+        self.dues: dict[int, tuple[bytes, int]] = {}
+        floor = _reader_position(dq)
+        for kind, pos, msg_id, value in self.journal.replay():
+            if kind == DUE and pos >= floor:
+                self.dues[pos] = (msg_id, value)
+            elif kind == FINISHED:
+                self.dues.pop(pos, None)
+        self._rewrite()
+        dq.journal = self.journal
+
+    def wrote(self, msgs: Sequence[Message], positions: Sequence[int], now_ns: int) -> None:
+        """As :meth:`Ledger.wrote`."""
+        add = self.journal.add
+        for m, pos in zip(msgs, positions, strict=False):
+            if m.defer:
+                due = now_ns + int(m.defer * 1e9)
+                self.dues[pos] = (m.id, due)
+                add(DUE, pos, m.id, due)
+        self.journal.flush()
+
+    def delays(self, records: Sequence[bytes], positions: Sequence[int], now_ns: int) -> list[float] | None:
+        """The seconds each record still has to wait (0 for most), None when none waits; the
+        records are forgotten (they leave the topic)."""
+        if not self.dues:
+            return None
+        out: list[float] | None = None
+        for i, (r, pos) in enumerate(zip(records, positions, strict=True)):
+            d = self.dues.pop(pos, None)
+            if d is not None and d[0] == r[ID_AT:BODY_AT] and d[1] > now_ns:
+                if out is None:
+                    out = [0.0] * len(records)
+                out[i] = (d[1] - now_ns) / 1e9
+        if self.journal.size > COMPACT_MIN_BYTES and self.journal.size > 4 * RECORD_SIZE * len(self.dues):
+            self._rewrite()
+        return out
+
+    def _rewrite(self) -> None:
+        floor = _reader_position(self.dq)
+        for pos in [p for p in self.dues if p < floor]:
+            del self.dues[pos]
+        data = b"".join(_pack_record(DUE, pos, i, due) for pos, (i, due) in self.dues.items())
+        try:
+            self.journal.rewrite(data)
+        except OSError as e:
+            self.log.error("%s: failed to compact the journal - %s", self.where, e)
+
+    def empty(self) -> None:
+        self.dues.clear()
+        self.journal.delete()
+
+    def delete(self) -> None:
+        self.empty()
+        self.dq.journal = None
