@@ -361,15 +361,20 @@ def nsqd_fixture(tmp_path: Path, *extra_args: str) -> Iterator[NsqdProcess]:
 
 
 @contextlib.contextmanager
-def lookupd_and_nsqd(base: Path, check_exit: bool = False) -> Iterator[tuple[NsqlookupdProcess, NsqdProcess]]:
-    """An nsqlookupd and an nsqd registered with it (broadcasting 127.0.0.1), logs under
-    ``base/lookupd`` and ``base/nsqd``; both stopped (SIGTERM) when the block ends, nsqd
-    first. ``check_exit``: assert that each exited with status 0."""
+def lookupd_and_nsqd(
+    base: Path, *nsqd_args: str, check_exit: bool = False
+) -> Iterator[tuple[NsqlookupdProcess, NsqdProcess]]:
+    """An nsqlookupd and an nsqd registered with it (broadcasting 127.0.0.1, with
+    ``nsqd_args``), logs under ``base/lookupd`` and ``base/nsqd``; both stopped (SIGTERM)
+    when the block ends, nsqd first. ``check_exit``: assert that each exited with status 0."""
     lookupd = NsqlookupdProcess(base / "lookupd").start()
     nsqd = None
     try:
         nsqd = NsqdProcess(
-            base / "nsqd", f"--lookupd-tcp-address={lookupd.tcp_address}", "--broadcast-address=127.0.0.1"
+            base / "nsqd",
+            f"--lookupd-tcp-address={lookupd.tcp_address}",
+            "--broadcast-address=127.0.0.1",
+            *nsqd_args,
         ).start()
         yield lookupd, nsqd
     finally:

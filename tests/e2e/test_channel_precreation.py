@@ -8,7 +8,9 @@ import json
 
 import pytest
 from e2e.proc import NsqdProcess, lookupd_and_nsqd
-from support import wait_until
+from support import RawClient, wait_until
+
+from nsqpy.protocol import commands
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -31,11 +33,9 @@ def test_registered_channels_exist_before_the_first_message(tmp_path):
             assert lookupd.http_post(f"/channel/create?topic=orders&channel={ch}")[0] == 200
         body = b"\n".join(b"order %d" % i for i in range(50))
         assert nsqd.http_post("/mpub?topic=orders", body)[0] == 200
-        # both durable channels have every message; the ephemeral one was not made
-        wait_until(
-            lambda: channel_depths(nsqd, "orders") == {"archive": 50, "metrics": 50},
-            what="both channels holding the 50 messages",
-        )
+        # answered once both durable channels exist and have every message, as Go's GetTopic
+        # (the ephemeral one is not made)
+        assert channel_depths(nsqd, "orders") == {"archive": 50, "metrics": 50}
         # a topic nsqlookupd knows nothing about starts without channels, as before
         assert nsqd.http_post("/pub?topic=fresh", b"x")[0] == 200
         wait_until(
@@ -43,3 +43,25 @@ def test_registered_channels_exist_before_the_first_message(tmp_path):
             what="the message held by the topic",
         )
         assert channel_depths(nsqd, "fresh") == {}
+
+
+@pytest.mark.parametrize("strict", [False, True], ids=["memory", "crash-safe"])
+async def test_tcp_pub_is_answered_after_the_channels_exist(tmp_path, strict):
+    """Go's GetTopic creates the channels nsqlookupd knows before the PUB that created the
+    topic is answered: /stats right after the OK shows them, holding the message."""
+    args = ("--mem-queue-size=0", "--sync-every=1") if strict else ()
+    with lookupd_and_nsqd(tmp_path, *args, check_exit=True) as (lookupd, nsqd):
+        wait_until(
+            lambda: json.loads(lookupd.http_get("/nodes")[1])["producers"],
+            what="nsqd registered with nsqlookupd",
+        )
+        assert lookupd.http_post("/channel/create?topic=events&channel=archive")[0] == 200
+        c = await RawClient.connect(nsqd.tcp_port)
+        try:
+            c.send(commands.pub("events", b"first"))
+            c.send(commands.mpub("events", [b"second", b"third"]))
+            assert await c.read_frame(timeout=10) == (0, b"OK")
+            assert await c.read_frame(timeout=10) == (0, b"OK")
+            assert channel_depths(nsqd, "events") == {"archive": 3}
+        finally:
+            await c.close()

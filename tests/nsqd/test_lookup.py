@@ -10,11 +10,13 @@ import struct
 import aiohttp
 import pytest
 import pytest_asyncio
+from aiohttp import web
 from conftest import make_options
-from support import wait_for
+from support import RawClient, wait_for
 
 from nsqpy.nsqd import lookup
 from nsqpy.nsqd.nsqd import NSQD
+from nsqpy.protocol import commands
 
 pytestmark = pytest.mark.timeout(30)
 
@@ -22,11 +24,14 @@ pytestmark = pytest.mark.timeout(30)
 class FakeLookupd:
     """Accepts nsqd peers, records their commands, answers like nsqlookupd."""
 
-    def __init__(self) -> None:
+    def __init__(self, http_port: int = 4161, broadcast_address: str = "fake") -> None:
         self.commands: list[str] = []
         self.identify: list[dict] = []
         self.conns: list[asyncio.StreamWriter] = []
         self.server: asyncio.AbstractServer | None = None
+        #: what IDENTIFY answers: where nsqd asks for a new topic's channels
+        self.http_port = http_port
+        self.broadcast_address = broadcast_address
 
     @property
     def address(self) -> str:
@@ -69,9 +74,9 @@ class FakeLookupd:
                         json.dumps(
                             {
                                 "tcp_port": 4160,
-                                "http_port": 4161,
+                                "http_port": self.http_port,
                                 "version": "1.3.0",
-                                "broadcast_address": "fake",
+                                "broadcast_address": self.broadcast_address,
                                 "hostname": "fake",
                             }
                         ).encode()
@@ -183,3 +188,56 @@ async def test_cancel_is_never_lost_when_lookupd_closes_at_the_same_moment() -> 
             assert not cancelled, f"cancel after {turns} turns was swallowed"
         else:
             pytest.fail(f"after {turns} turns the peer neither ended by the cancel nor saw EOF")
+
+
+@pytest.mark.parametrize("via", ["tcp", "http"])
+@pytest.mark.parametrize("strict", [False, True], ids=["memory", "crash-safe"])
+async def test_publish_to_a_new_topic_is_answered_after_its_channels_exist(tmp_path, via, strict):
+    """Go's GetTopic asks nsqlookupd for the topic's channels and creates them before the
+    publish that made the topic is answered. Here nsqlookupd answers /channels slowly: the
+    OK comes after it, with the channel holding the message."""
+    release = asyncio.Event()
+
+    async def channels(request: web.Request) -> web.Response:
+        await release.wait()
+        return web.json_response({"channels": ["archive"]})
+
+    app = web.Application()
+    app.router.add_get("/channels", channels)
+    runner = web.AppRunner(app)
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", 0)
+    await site.start()
+    http_port = site._server.sockets[0].getsockname()[1]
+    fake = FakeLookupd(http_port=http_port, broadcast_address="127.0.0.1")
+    await fake.start()
+    extra = {"mem_queue_size": 0, "sync_every": 1} if strict else {}
+    opts = make_options(tmp_path, nsqlookupd_tcp_addresses=[fake.address], **extra)
+    try:
+        async with NSQD(opts) as d:
+            await wait_for(lambda: d.lookup_peers.http_addresses())
+            if via == "tcp":
+                c = await RawClient.connect(d.tcp_port)
+                c.send(commands.pub("orders", b"first"))
+                answer = asyncio.ensure_future(c.read_frame(timeout=10))
+            else:
+                session = aiohttp.ClientSession()
+                url = f"http://127.0.0.1:{d.http_port}/pub?topic=orders"
+                answer = asyncio.ensure_future(session.post(url, data=b"first"))
+            await wait_for(lambda: "orders" in d.topics)
+            await asyncio.sleep(0.3)
+            assert not answer.done(), "answered before nsqlookupd named the channels"
+            release.set()
+            result = await answer
+            if via == "tcp":
+                assert result == (0, b"OK")
+                await c.close()
+            else:
+                assert result.status == 200
+                result.close()
+                await session.close()
+            ch = d.topics["orders"].channels.get("archive")
+            assert ch is not None and ch.depth == 1
+    finally:
+        await fake.stop()
+        await runner.cleanup()

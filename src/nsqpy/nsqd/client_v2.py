@@ -168,6 +168,7 @@ class ClientV2(asyncio.Protocol):
         "_out_len",
         "_stack",
         "_suspended",
+        "_sync_pending",
         "_write_paused_at",
         "auth_secret",
         "auth_state",
@@ -212,8 +213,11 @@ class ClientV2(asyncio.Protocol):
         self._flush_now = False
         self._flush_timer: asyncio.TimerHandle | None = None
         self._write_paused_at = 0.0
-        #: responses held until a group-commit fsync covers this client's publishes
-        self._held = False
+        #: responses are held until a group-commit fsync covers this client's publishes, and
+        #: until a topic it published to has created its channels: how many holds are on
+        self._held = 0
+        #: one of them is for the next sync round
+        self._sync_pending = False
         self._close_on_release = False
         #: (error code, command) of the publish that asked for the fsync being waited for
         self._held_for: tuple[str, str] = ("E_PUB_FAILED", "PUB")
@@ -357,19 +361,42 @@ class ClientV2(asyncio.Protocol):
 
     def _hold_for_sync(self, code: str, cmd: str) -> None:
         """Hold this client's responses (and stop reading) until its writes are fsynced."""
-        if self._held:
+        if self._sync_pending:
             return
-        self._held = True
+        self._sync_pending = True
         self._held_for = (code, cmd)
-        if self.transport is not None:
-            self.transport.pause_reading()
+        self._hold()
         syncer = self.nsqd.syncer
         assert syncer is not None
         syncer.wait(self._sync_done)
 
+    def _hold_for_start(self, topic: Any) -> None:
+        """Hold this client's responses until ``topic`` has created the channels nsqlookupd
+        knows (Go answers a publish to a new topic only then)."""
+        self._hold()
+        topic.when_started(self._release)
+
+    def _hold(self) -> None:
+        self._held += 1
+        if self.transport is not None:
+            self.transport.pause_reading()
+
+    def _release(self) -> None:
+        """One hold is over: the responses go once none is left."""
+        if self._held:
+            self._held -= 1
+        if self._held or self.closed:
+            return
+        if self._close_on_release:
+            self.close_after_flush()
+            return
+        self.flush()
+        self._resume_reading()
+
     def _sync_done(self, err: BaseException | None) -> None:
-        self._held = False
+        self._sync_pending = False
         if err is not None:
+            self._held = 0
             # never acknowledge what is not on disk: the OKs are replaced by the publish's
             # error (fatal, as Go's E_PUB_FAILED), then the connection closes
             code, cmd = self._held_for
@@ -380,11 +407,7 @@ class ClientV2(asyncio.Protocol):
             self._append(encode_error(text.encode()))
             self.close_after_flush()
             return
-        if self._close_on_release:
-            self.close_after_flush()
-            return
-        self.flush()
-        self._resume_reading()
+        self._release()
 
     # --- heartbeats ---------------------------------------------------------------------------
 

@@ -212,6 +212,15 @@ class HTTPServer:
         except (TopicExitingError, DiskQueueError, OSError) as e:
             log.error("TOPIC(%s): failed to put message(s) - %s", topic.name, e)
             raise HTTPError(503, "EXITING") from None
+        if topic.starting:  # answered once the channels nsqlookupd knows exist, as Go's
+            started: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+
+            def on_started() -> None:
+                if not started.done():
+                    started.set_result(None)
+
+            topic.when_started(on_started)
+            await started
         if syncer.urgent_requests != urgent:  # --sync-every reached: answer after the fsync
             done: asyncio.Future[BaseException | None] = asyncio.get_running_loop().create_future()
 

@@ -499,9 +499,7 @@ class NSQD:
                 if is_valid_topic_name(name) and not is_ephemeral(name):
                     topic.get_channel(name)
         finally:
-            topic.starting = False
-            if not topic.exiting:
-                topic.flow()
+            topic.started()
 
     async def _lookupd_channels(self, addr: str, topic: str) -> list[str]:
         import aiohttp

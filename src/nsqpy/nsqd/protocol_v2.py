@@ -600,12 +600,16 @@ class ProtocolV2(ClientV2):
         try:
             if nsqd.exiting:
                 raise TopicExitingError()
-            nsqd.get_topic(topic_name).put_bodies(bodies, defer)
+            topic = nsqd.get_topic(topic_name)
+            topic.put_bodies(bodies, defer)
         except (TopicExitingError, DiskQueueError, OSError) as e:
             raise fatal(code, f"{cmd} failed {e}") from None
         pc = self.pub_counts
         pc[topic_name] = pc.get(topic_name, 0) + len(bodies)
         self._append(OK_FRAME)
+        if topic.starting:
+            # as Go's GetTopic: answered once the channels nsqlookupd knows exist
+            self._hold_for_start(topic)
         if syncer.urgent_requests != urgent:
             # this publish reached a queue's --sync-every: its OK waits for the fsync
             self._hold_for_sync(code, cmd)

@@ -19,6 +19,7 @@ import operator
 import os
 import time
 from collections import deque
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from ..protocol.names import is_ephemeral
@@ -54,6 +55,7 @@ class Topic(Queued):
         "_drain_at",
         "_drain_done",
         "_draining",
+        "_on_started",
         "backend",
         "channels",
         "dues",
@@ -92,6 +94,8 @@ class Topic(Queued):
         self._drain_done: dict[str, int] = {}
         #: channels known to nsqlookupd are being created: hold messages until then
         self.starting = False
+        #: called once it has started (publishes are answered only then, as Go's GetTopic)
+        self._on_started: list[Callable[[], None]] = []
 
     # --- publishing -------------------------------------------------------------------------
 
@@ -176,6 +180,26 @@ class Topic(Queued):
                 raise
             if done is not None:
                 done[ch.name] = len(msgs)
+
+    def when_started(self, callback: Callable[[], None]) -> None:
+        """Call ``callback`` once the channels nsqlookupd knows exist (now, if they do)."""
+        if self.starting:
+            self._on_started.append(callback)
+        else:
+            callback()
+
+    def started(self) -> None:
+        """The channels nsqlookupd knows were created (or that failed): let messages flow
+        and answer the publishes that waited."""
+        self.starting = False
+        if not self.exiting:
+            self.flow()
+        callbacks, self._on_started = self._on_started, []
+        for cb in callbacks:
+            try:
+                cb()
+            except Exception:
+                log.exception("TOPIC(%s): start callback failed", self.name)
 
     def flow(self) -> None:
         """Move held messages to the channels (first channel created, unpause, start-up)."""
