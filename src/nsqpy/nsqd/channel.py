@@ -22,6 +22,7 @@ import logging
 import operator
 import time
 from collections import deque
+from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any, Protocol
 
 from .._speedups import compiled
@@ -159,7 +160,7 @@ class Channel(Queued):
         #: what the channel read from its DiskQueue and what became of it: in the crash-safe
         #: mode, or while a journal an earlier run left names records still ahead
         self.ledger: Ledger | None = (
-            Ledger.open(self.backend, nsqd.crash_safe, log, nsqd.syncer)
+            Ledger.open(self.backend, nsqd.crash_safe, log, self._live)
             if isinstance(self.backend, DiskQueue)
             else None
         )
@@ -238,24 +239,21 @@ class Channel(Queued):
 
     def _put_durable(self, msgs: list[Message], ledger: Ledger) -> None:
         """Crash-safe mode: every message goes to the DiskQueue, a deferred one (DPUB) with
-        its due time in the journal."""
-        positions: list[int] | None = [] if any(map(_defer_of, msgs)) else None
+        its due time in the journal (written first: a record is never there without it)."""
+        records = encode_messages(msgs)
+        if any(map(_defer_of, msgs)):
+            assert isinstance(self.backend, DiskQueue)
+            planned = self.backend.next_positions(map(len, records))
+            try:
+                ledger.wrote(msgs, planned, time.time_ns())
+            except OSError as e:
+                raise DiskQueueWriteError(str(e), 0) from e
         try:
-            self.backend.put_many(encode_messages(msgs), positions)
+            self.backend.put_many(records)
         except DiskQueueWriteError as e:
             self.message_count += e.written
-            if positions:
-                try:
-                    ledger.wrote(msgs, positions, time.time_ns())
-                except OSError as je:
-                    log.error("CHANNEL(%s): %s", self.backend_name, je)
             raise
         self.message_count += len(msgs)
-        if positions is not None:
-            try:
-                ledger.wrote(msgs, positions, time.time_ns())
-            except OSError as e:
-                raise DiskQueueWriteError(str(e), len(msgs)) from e
         self.schedule_pump()
 
     def put_in_memory(self, msgs: list[Message]) -> None:
@@ -304,19 +302,21 @@ class Channel(Queued):
             return
         q = self.queue
         b = self.backend
-        if b.depth:
-            want = sum(c.ready_count - c.in_flight_count for c in ready) - len(q)
-            if want > 0:
-                self._refill(b, want)
+        ledger = self.ledger
+        if b.depth or ledger is not None:
+            room = sum(c.ready_count - c.in_flight_count for c in ready)
+            if b.depth and room > len(q):
+                self._refill(b, room - len(q))
+            if ledger is not None and ledger.tracking:
+                # each attempt is journaled before it is sent: what this pump sends
+                ledger.delivering(q, min(room, len(q)))
         if not q:
             return
         if n > 1:
             start = self._rr % n
             self._rr += 1
             ready = ready[start:] + ready[:start]
-        ledger = self.ledger
-        if ledger is not None and ledger.tracking:
-            ledger.delivering(q)  # each attempt is journaled before it is sent
+        before = len(q)
         timed = self.timed
         while q and ready:
             share = -(-len(q) // len(ready))
@@ -330,7 +330,7 @@ class Channel(Queued):
                     still.append(c)
             ready = still
         if ledger is not None:
-            ledger.queued = len(q)
+            ledger.sent(before - len(q))
 
     def _refill(self, b: BackendQueue, want: int) -> None:
         """Move up to ``want`` messages from the backend to the memory queue."""
@@ -463,6 +463,13 @@ class Channel(Queued):
             ledger.relocate(self._due_times)
         self.schedule_pump()
 
+    def _live(self) -> Iterator[Message]:
+        """Every message in memory: queued, in flight, deferred."""
+        yield from self.queue
+        yield from self.in_flight.values()
+        for _, _, m in self.deferred:
+            yield m
+
     def _due_times(self) -> dict[Message, int]:
         """Each deferred message's due time, ns since the epoch."""
         loop_now = self.nsqd.loop.time()
@@ -577,7 +584,7 @@ class Channel(Queued):
         written = positions[start:]
         if ledger is None and written:
             assert isinstance(self.backend, DiskQueue)
-            ledger = Ledger(self.backend, False, log, None)
+            ledger = Ledger(self.backend, False, log)
         if ledger is not None:
             for m, pos in zip(deferred, written, strict=False):
                 ledger.dues[pos] = (m.id, due_of[m])

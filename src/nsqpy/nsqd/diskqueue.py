@@ -42,7 +42,7 @@ from itertools import accumulate, chain
 from typing import TYPE_CHECKING, NoReturn, Protocol
 
 from .._speedups import compiled
-from .fileio import fsync_dir, path_error, remove_quietly, temp_name, write_synced
+from .fileio import fsync_dir, path_error, remove_quietly, temp_name, write_file_atomic, write_synced
 
 if TYPE_CHECKING:
     from .journal import Floor, Journal
@@ -475,6 +475,22 @@ class DiskQueue:
         if self._events is not None:
             self._events.wrote(self)
 
+    def next_positions(self, sizes: Iterable[int]) -> list[int]:
+        """The positions records of these sizes would be written at, in order, by the next
+        :meth:`put_many` (the same roll rule): what a journal says of them can be written
+        before they are."""
+        out = []
+        limit = self.max_bytes_per_file
+        file_num = self.write_file_num
+        pos = self.write_pos
+        for n in sizes:
+            if pos > 0 and pos + 4 + n > limit:
+                file_num += 1
+                pos = 0
+            out.append(file_num << POS_SHIFT | pos)
+            pos += 4 + n
+        return out
+
     def _write_batch(self, buf: bytes, count: int, start: int, done: int) -> None:
         fd = self._wfd
         if fd is None:
@@ -898,30 +914,30 @@ class DiskQueue:
     # ------------------------------------------------------------------ lifecycle
 
     def empty(self) -> None:
-        """Drop every record: delete the segments and the metadata; depth 0."""
+        """Drop every record: metadata naming an empty next segment first (a crash while
+        the old segments go does not bring them back: they are below the read position),
+        then the segments; depth 0."""
         if self._closed:
             raise DiskQueueClosedError("exiting")
         self._log.info("DISKQUEUE(%s): emptying", self.name)
         self._close_files()
+        new = self.write_file_num + 1
         with self._lock:
             self._epoch += 1
             try:
-                os.remove(self._meta_path)
-            except FileNotFoundError:
-                pass
+                write_file_atomic(self._meta_path, (_META_FMT % (0, new, 0, new, 0)).encode())
             except OSError as e:
-                self._log.error("DISKQUEUE(%s) failed to remove metadata file - %s", self.name, e)
-        for n in range(min(self._kept_from, self.read_file_num), self.write_file_num + 1):
-            path = self.file_name(n)
-            try:
-                os.remove(path)
-            except FileNotFoundError:
-                pass
-            except OSError as e:
-                self._log.error("DISKQUEUE(%s) failed to remove data file - %s", self.name, e)
-        self.write_file_num += 1
+                self._log.error("DISKQUEUE(%s) failed to write metadata - %s", self.name, e)
+                try:
+                    os.remove(self._meta_path)
+                except FileNotFoundError:
+                    pass
+                except OSError as e2:
+                    self._log.error("DISKQUEUE(%s) failed to remove metadata file - %s", self.name, e2)
+        self._remove_below(new)
+        self.write_file_num = new
         self.write_pos = 0
-        self.read_file_num = self.write_file_num
+        self.read_file_num = new
         self.read_pos = 0
         self._kept_from = self.read_file_num
         self.depth = 0
@@ -1140,6 +1156,13 @@ class DiskQueue:
             changed = True
             n += 1
 
+        if rfn > 0 and os.path.exists(self.file_name(rfn - 1)):
+            # consumed segments a crash kept from being deleted: nothing reads them again
+            self._log.warning(
+                "DISKQUEUE(%s) removing consumed segments before %s", self.name, self.file_name(rfn)
+            )
+            self._kept_from = self.read_file_num = rfn
+            self._remove_below(rfn)
         self.read_file_num = rfn
         self.read_pos = rpos
         self.write_file_num = wfn
@@ -1248,6 +1271,21 @@ class DiskQueue:
             if os.path.exists(self.file_name(n)):
                 return n
         return max(rfn, wfn)
+
+    def _remove_below(self, file_num: int) -> None:
+        """Delete the segments before ``file_num`` (everything there is consumed), from the
+        one just below down to the first that is not there."""
+        n = file_num - 1
+        while n >= 0:
+            path = self.file_name(n)
+            try:
+                os.remove(path)
+            except FileNotFoundError:
+                if n < min(self._kept_from, self.read_file_num):
+                    return
+            except OSError as e:
+                self._log.error("DISKQUEUE(%s) failed to remove data file - %s", self.name, e)
+            n -= 1
 
     def _truncate(self, path: str, end: int, size: int) -> None:
         self._log.warning(

@@ -17,9 +17,10 @@ After a crash (or a clean stop) the channel reads again from the floor and the j
 which records to skip, what attempts the others had and which wait. A record is named by its
 position in the queue *and* its message id, both checked, so a stale journal never hides a
 message. A message that pins the floor far behind the reader (deferred for an hour, held by a
-slow consumer) is **moved**: a copy is appended to the queue, and the original is journaled
-as finished once the copy is fsynced. A topic uses the same journal, with ``T`` records only,
-for DPUB messages it holds while it has no channel (:class:`Dues`).
+slow consumer) is **moved**: a copy is appended to the queue and fsynced, then the original
+is journaled as finished (a crash in between leaves both: the second one read is dropped).
+A topic uses the same journal, with ``T`` records only, for DPUB messages it holds while it
+has no channel (:class:`Dues`).
 
 The Go nsqd ignores the journal. On a directory written in this mode it starts from the
 floor and delivers everything above it again (finished messages too, deferred ones at once):
@@ -46,6 +47,7 @@ from typing import TYPE_CHECKING, Protocol
 
 from ..protocol.frames import MESSAGE_BODY_OFFSET as BODY_AT
 from ..protocol.frames import MESSAGE_ID_OFFSET as ID_AT
+from .diskqueue import DiskQueueError
 from .fileio import path_error, remove_quietly, temp_name
 
 if TYPE_CHECKING:
@@ -83,8 +85,9 @@ _OFFSET_MASK = (1 << POS_SHIFT) - 1
 #: a journal is rewritten as its state once it is this big and 4x what that state takes
 COMPACT_MIN_BYTES = 4 << 20
 #: the floor is moved (pinning messages copied to the tail) once this many records are read
-#: above it and they are 4x the messages still unfinished
+#: above it and they are RELOCATE_FACTOR times the messages still unfinished
 RELOCATE_MIN_SPAN = 65536
+RELOCATE_FACTOR = 4
 #: finished entries dropped from the front of a window once there are this many
 _WINDOW_COMPACT = 4096
 
@@ -216,6 +219,7 @@ class Journal:
     def replay(self) -> list[tuple[bytes, int, bytes, int]]:
         """The records in the file, up to a torn or corrupt frame (the file is cut there).
         A file without the magic is set aside (``.bad``) and nothing is returned."""
+        remove_quietly(temp_name(self.path, "rewrite"))  # a rewrite a crash cut short
         try:
             with open(self.path, "rb") as f:
                 raw = f.read()
@@ -320,7 +324,7 @@ class Journal:
         if not records:
             self.delete()
             return
-        tmp = temp_name(self.path)
+        tmp = temp_name(self.path, "rewrite")
         data = MAGIC + _FRAME.pack(len(records), zlib.crc32(records)) + records
         try:
             fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
@@ -366,75 +370,81 @@ def _reader_position(dq: DiskQueue) -> int:
     return position(dq.read_file_num, dq.read_pos)
 
 
-class Waiter(Protocol):
-    """The daemon's Syncer: calls ``waiter(error)`` once the next sync round has run."""
-
-    def wait(self, waiter: Callable[[BaseException | None], None]) -> None: ...
-
-
 class Ledger:
-    """A channel's records read from its DiskQueue: which messages in memory they are (the
-    anchors), what became of them, and what a journal left by an earlier run says about the
-    records still ahead of the reader.
+    """A channel's records read from its DiskQueue: which message each is (by id), what
+    became of it, and what a journal left by an earlier run says about the records still
+    ahead of the reader.
 
     With ``tracking`` (the crash-safe mode) it keeps the floor and writes the journal;
     without, it only applies an earlier run's journal to the records it names, and is done
-    (:attr:`spent`) once the reader has passed them.
+    (:attr:`spent`) once the reader has passed them. ``live`` gives the channel's messages
+    in memory (queued, in flight, deferred): what is moved, and whose attempts a compacted
+    journal keeps.
     """
 
     __slots__ = (
-        "_pending",
         "adopt",
         "anchors",
         "attempts",
         "dq",
         "dues",
         "journal",
+        "live",
         "log",
         "moved",
         "queued",
         "skip",
-        "syncer",
         "tracking",
         "where",
         "window",
     )
 
-    def __init__(self, dq: DiskQueue, tracking: bool, log: logging.Logger, syncer: Waiter | None) -> None:
+    def __init__(
+        self,
+        dq: DiskQueue,
+        tracking: bool,
+        log: logging.Logger,
+        live: Callable[[], Iterable[Message]] = tuple,
+    ) -> None:
         self.dq = dq
         self.tracking = tracking
         self.log = log
-        self.syncer = syncer
+        self.live = live
         self.where = f"CHANNEL({dq.name})"
         self.journal = Journal(journal_path(dq), log)
         self.window = Window()
-        #: message in memory -> its record's sequence number in the window
-        self.anchors: dict[Message, int] = {}
-        #: moved messages whose copy the reader has not reached: message -> copy's position
-        self.moved: dict[Message, int] = {}
-        #: the reverse: copy's position -> the message in memory it belongs to
-        self.adopt: dict[int, Message] = {}
+        #: id of a message in memory -> its record's sequence number in the window
+        self.anchors: dict[bytes, int] = {}
+        #: moved messages whose copy the reader has not reached: id -> copy's position
+        self.moved: dict[bytes, int] = {}
+        #: the reverse: copy's position -> id
+        self.adopt: dict[int, bytes] = {}
         #: from the journal, for records ahead of the reader: position -> id of a finished
         #: one, (id, attempts) of one handed out, (id, due ns) of a deferred one
         self.skip: dict[int, bytes] = {}
         self.attempts: dict[int, tuple[bytes, int]] = {}
         self.dues: dict[int, tuple[bytes, int]] = {}
-        #: how many messages at the head of the channel's queue have their D record
+        #: how many messages at the head of the channel's queue have the D record of the
+        #: attempt they are about to make
         self.queued = 0
-        #: originals of moved messages, journaled as finished once their copies are fsynced
-        self._pending: dict[int, bytes] = {}
         self._replay()
         if tracking:
             dq.acks = self.window
             dq.journal = self.journal
 
     @classmethod
-    def open(cls, dq: DiskQueue, tracking: bool, log: logging.Logger, syncer: Waiter | None) -> Ledger | None:
+    def open(
+        cls,
+        dq: DiskQueue,
+        tracking: bool,
+        log: logging.Logger,
+        live: Callable[[], Iterable[Message]] = tuple,
+    ) -> Ledger | None:
         """The ledger of a channel's queue: always in the crash-safe mode, else only while an
         earlier run's journal has something to say."""
         if not tracking and not os.path.exists(journal_path(dq)):
             return None
-        ledger = cls(dq, tracking, log, syncer)
+        ledger = cls(dq, tracking, log, live)
         if not tracking and ledger.spent:
             ledger.journal.delete()
             return None
@@ -452,12 +462,15 @@ class Ledger:
             if pos < floor:
                 continue  # the floor has passed it
             n += 1
+            done = skip.get(pos)
+            if done is not None:
+                if done == msg_id:
+                    continue  # finished: nothing more to say about it
+                del skip[pos]  # the position holds another message now (a queue made anew)
             if kind == FINISHED:
                 skip[pos] = msg_id
                 attempts.pop(pos, None)
                 dues.pop(pos, None)
-            elif pos in skip:
-                continue
             elif kind == DELIVERED:
                 a = attempts.get(pos)
                 if a is None or a[0] != msg_id or a[1] < value:
@@ -482,7 +495,9 @@ class Ledger:
 
     # --- reading ----------------------------------------------------------------------------
 
-    def read(self, want: int, decode: object, now_ns: int) -> tuple[list[Message], list[tuple[Message, int]]]:
+    def read(
+        self, want: int, decode: Callable[[list[bytes], str], list[Message]], now_ns: int
+    ) -> tuple[list[Message], list[tuple[Message, int]]]:
         """Up to ``want`` records from the queue, as messages: those to queue now, and the
         deferred ones with their due time (ns). ``decode`` turns records into messages
         (:func:`~nsqpy.nsqd.channel.decode_records`)."""
@@ -490,48 +505,63 @@ class Ledger:
         records = self.dq.read(want, positions)
         if not records:
             return [], []
-        msgs: list[Message] = decode(records, self.where)  # type: ignore[operator]
-        if not (self.skip or self.attempts or self.dues or self.adopt) and len(msgs) == len(records):
-            if self.tracking:
-                seq = self.window.extend(positions, (m.id for m in msgs))
-                self.anchors.update(zip(msgs, range(seq, seq + len(msgs)), strict=True))
-            return msgs, []
+        msgs = decode(records, self.where)
+        n = len(msgs)
+        if n == len(records) and not (self.skip or self.attempts or self.dues or self.adopt):
+            if not self.tracking:
+                return msgs, []
+            ids = [m.id for m in msgs]
+            fresh = set(ids)
+            # a message already in memory (its original and a moved copy, both left by a
+            # crash) takes the slow path, which keeps one of them
+            if len(fresh) == n and fresh.isdisjoint(self.anchors):
+                seq = self.window.extend(positions, ids)
+                self.anchors.update(zip(ids, range(seq, seq + n), strict=True))
+                return msgs, []
         return self._read_slow(records, positions, msgs, now_ns)
 
     def _read_slow(
         self, records: list[bytes], positions: list[int], decoded: list[Message], now_ns: int
     ) -> tuple[list[Message], list[tuple[Message, int]]]:
-        by_id = {m.id: m for m in decoded}  # decode skips no valid record (sizes are checked)
+        if len(decoded) != len(records):  # cannot happen (the DiskQueue checks sizes)
+            decoded = [m for r in records for m in decode_one(r, self.where)]
         skip = self.skip
         adopt = self.adopt
         attempts = self.attempts
         dues = self.dues
+        anchors = self.anchors
         tracking = self.tracking
         window = self.window
         now: list[Message] = []
         later: list[tuple[Message, int]] = []
-        for r, pos in zip(records, positions, strict=True):
-            msg_id = r[ID_AT:BODY_AT]
+        for pos, msg in zip(positions, decoded, strict=True):
+            msg_id = msg.id
             if skip and skip.pop(pos, None) == msg_id:
                 attempts.pop(pos, None)
                 dues.pop(pos, None)
                 if tracking:
                     window.add(pos, msg_id, done=True)
                 continue
-            owner = adopt.pop(pos, None) if adopt else None
-            if owner is not None and owner.id == msg_id:
+            if adopt and adopt.get(pos) == msg_id:
                 # the copy of a moved message: the message in memory is anchored to it now
-                self.moved.pop(owner, None)
-                self.anchors[owner] = window.add(pos, msg_id)
+                del adopt[pos]
+                self.moved.pop(msg_id, None)
+                anchors[msg_id] = window.add(pos, msg_id)
                 continue
-            msg = by_id.get(msg_id)
-            if msg is None:
+            if tracking and msg_id in anchors:
+                # a second record of a message in memory (a crash kept both the original
+                # and its copy): the later one is its record now, the earlier is finished
+                old = window.finish(anchors[msg_id])
+                self.journal.add(FINISHED, old, msg_id, 0)
+                anchors[msg_id] = window.add(pos, msg_id)
+                attempts.pop(pos, None)
+                dues.pop(pos, None)
                 continue
             a = attempts.pop(pos, None) if attempts else None
             if a is not None and a[0] == msg_id and a[1] > msg.attempts:
                 msg.attempts = min(a[1], 65535)
             if tracking:
-                self.anchors[msg] = window.add(pos, msg_id)
+                anchors[msg_id] = window.add(pos, msg_id)
             d = dues.pop(pos, None) if dues else None
             if d is not None and d[0] == msg_id and d[1] > now_ns:
                 later.append((msg, d[1]))
@@ -547,63 +577,65 @@ class Ledger:
 
     # --- what becomes of messages ---------------------------------------------------------------
 
-    def _position(self, msg: Message) -> int | None:
-        seq = self.anchors.get(msg)
+    def position_of(self, msg_id: bytes) -> int | None:
+        """Where the record of a message in memory is (None: not one of the queue's)."""
+        seq = self.anchors.get(msg_id)
         if seq is not None:
             return self.window.position_of(seq)
-        return self.moved.get(msg)
+        return self.moved.get(msg_id)
 
-    def delivering(self, queue: deque[Message]) -> None:
-        """The channel is about to send from ``queue``: journal the attempt each message
-        queued since the last call will make, and write the journal out (before any of them
-        reaches a socket). The caller sets :attr:`queued` to what is left once it has sent."""
-        n = len(queue)
+    def delivering(self, queue: deque[Message], n: int) -> None:
+        """The channel is about to send the first ``n`` messages of ``queue``: journal the
+        attempt each will make, and write the journal out (before any of them reaches a
+        socket). :meth:`sent` then says how many left the queue."""
+        self.flush()  # a compaction first: it would drop the records written below
         if self.queued < n:
             add = self.journal.add
-            anchors = self.anchors
-            window = self.window
-            moved = self.moved
+            where = self.position_of
             for m in islice(queue, self.queued, n):
-                seq = anchors.get(m)
-                if seq is not None:
-                    add(DELIVERED, window.position_of(seq), m.id, m.attempts + 1)
-                else:
-                    pos = moved.get(m)
-                    if pos is not None:
-                        add(DELIVERED, pos, m.id, m.attempts + 1)
-        self.flush()
+                pos = where(m.id)
+                if pos is not None:
+                    add(DELIVERED, pos, m.id, m.attempts + 1)
+            self.queued = n
+            self.flush(compact=False)
+
+    def sent(self, n: int) -> None:
+        """``n`` messages left the head of the channel's queue (sent, or sampled out)."""
+        self.queued = max(self.queued - n, 0)
 
     def finished(self, msg: Message) -> None:
         """FIN (or sampled out): the record is done."""
         if not self.journal.buf:
             self.dq.mark_dirty()  # the floor and the journal go to disk with the next round
-        seq = self.anchors.pop(msg, None)
+        msg_id = msg.id
+        seq = self.anchors.pop(msg_id, None)
         if seq is not None:
             pos = self.window.finish(seq)
         else:
-            moved = self.moved.pop(msg, None)
+            moved = self.moved.pop(msg_id, None)
             if moved is None:
                 return  # not one of the queue's records
             pos = moved
             self.adopt.pop(pos, None)
-            self.skip[pos] = msg.id
-        self.journal.add(FINISHED, pos, msg.id, 0)
+            self.skip[pos] = msg_id
+        self.journal.add(FINISHED, pos, msg_id, 0)
 
     def deferred(self, msg: Message, due_ns: int) -> None:
         """REQ with a delay: the message waits until ``due_ns`` (ns since the epoch)."""
-        pos = self._position(msg)
+        pos = self.position_of(msg.id)
         if pos is not None:
             if not self.journal.buf:
                 self.dq.mark_dirty()
             self.journal.add(DUE, pos, msg.id, due_ns)
 
     def wrote(self, msgs: Sequence[Message], positions: Sequence[int], now_ns: int) -> None:
-        """``msgs`` were appended to the queue at ``positions``: the deferred ones (DPUB)
-        wait until due. Raises PathError if the journal cannot say so."""
+        """``msgs`` are about to be appended to the queue at ``positions``: the deferred
+        ones (DPUB) wait until due. Raises PathError if the journal cannot say so (then
+        they must not be written)."""
         add = self.journal.add
         dues = self.dues
         any_due = False
-        for m, pos in zip(msgs, positions, strict=False):
+        for m, pos in zip(msgs, positions, strict=True):
             if m.defer:
                 due = now_ns + int(m.defer * 1e9)
                 dues[pos] = (m.id, due)
@@ -612,7 +644,7 @@ class Ledger:
         if any_due:
             self.journal.flush()
 
-    def flush(self) -> None:
+    def flush(self, compact: bool = True) -> None:
         """Write the buffered records (errors are logged: what is lost is a redelivery or an
         attempt uncounted after a crash), compacting the journal when it has grown."""
         j = self.journal
@@ -624,7 +656,7 @@ class Ledger:
                 if len(j.buf) > COMPACT_MIN_BYTES:
                     j.buf.clear()  # give up rather than grow without bound
                 return
-        if j.size > COMPACT_MIN_BYTES and j.size > 4 * RECORD_SIZE * self._state_size():
+        if compact and j.size > COMPACT_MIN_BYTES and j.size > 4 * RECORD_SIZE * self._state_size():
             self.compact()
 
     # --- moving the floor -------------------------------------------------------------------------
@@ -636,55 +668,46 @@ class Ledger:
         Returns how many moved."""
         w = self.window
         span = w.span
-        if span < RELOCATE_MIN_SPAN or span < 4 * len(self.anchors):
+        anchors = self.anchors
+        if span < RELOCATE_MIN_SPAN or span < RELOCATE_FACTOR * len(anchors):
             return 0
         cutoff = w.base + w.head + span // 2
-        victims = [m for m, seq in self.anchors.items() if seq < cutoff]
+        victims = [m for m in self.live() if anchors.get(m.id, cutoff) < cutoff]
         if not victims:
             return 0
         from .channel import encode_messages
 
         due_of = due_times()
-        positions: list[int] = []
-        try:
-            self.dq.put_many(encode_messages(victims), positions)
-        except Exception as e:  # noqa: BLE001 - a DiskQueueError: what was written moves
-            self.log.error("%s: failed to move %d message(s) - %s", self.where, len(victims), e)
-        batch: dict[int, bytes] = {}
+        records = encode_messages(victims)
+        # the copies' due times go first: a copy is never on disk without its own
         add = self.journal.add
-        for m, pos in zip(victims, positions, strict=False):
-            old = w.finish(self.anchors.pop(m))
-            self.moved[m] = pos
-            self.adopt[pos] = m
+        for m, pos in zip(victims, self.dq.next_positions(map(len, records)), strict=True):
             due = due_of.get(m)
             if due is not None:
                 add(DUE, pos, m.id, due)
-            batch[old] = m.id
-        if batch:
-            self.log.info(
-                "%s: moved %d message(s) holding the floor %d record(s) back",
-                self.where,
-                len(batch),
-                span,
-            )
-            self._pending.update(batch)
-            self.flush()
-            if self.syncer is not None:
-                self.syncer.wait(lambda err: self._moved_synced(batch, err))
-        return len(batch)
-
-    def _moved_synced(self, batch: dict[int, bytes], err: BaseException | None) -> None:
-        """The copies of a batch of moved messages are fsynced (or not): their originals
-        are journaled as finished (or, on a failed fsync, the next round is waited for)."""
-        if err is not None:
-            if self.syncer is not None and self._pending:
-                self.syncer.wait(lambda e: self._moved_synced(batch, e))
-            return
-        add = self.journal.add
-        for pos, msg_id in batch.items():
-            if self._pending.pop(pos, None) is not None:
-                add(FINISHED, pos, msg_id, 0)
+        try:
+            self.journal.flush()
+        except OSError as e:
+            self.log.error("%s: failed to write the journal - %s", self.where, e)
+            return 0
+        positions: list[int] = []
+        try:
+            self.dq.put_many(records, positions)
+            # the copies are on the disk before their originals are finished (a rare, small
+            # fsync on the loop: moving happens once per RELOCATE_FACTOR x live records)
+            self.dq.sync()
+        except (DiskQueueError, OSError) as e:
+            self.log.error("%s: failed to move %d message(s) - %s", self.where, len(victims), e)
+            return 0  # the copies written, if any, are read as duplicates and dropped
+        for m, pos in zip(victims, positions, strict=True):
+            add(FINISHED, w.finish(anchors.pop(m.id)), m.id, 0)
+            self.moved[m.id] = pos
+            self.adopt[pos] = m.id
+        self.log.info(
+            "%s: moved %d message(s) holding the floor %d record(s) back", self.where, len(victims), span
+        )
         self.flush()
+        return len(victims)
 
     # --- compaction, emptying ----------------------------------------------------------------------
 
@@ -721,29 +744,27 @@ class Ledger:
         PathError."""
         out = bytearray()
         add = out.extend
-        pending = self._pending
         for pos, msg_id in self.window.finished_entries():
-            if pos not in pending:
-                add(_pack_record(FINISHED, pos, msg_id, 0))
+            add(_pack_record(FINISHED, pos, msg_id, 0))
         for pos, msg_id in self.skip.items():
             add(_pack_record(FINISHED, pos, msg_id, 0))
         for pos, (msg_id, n) in self.attempts.items():
             add(_pack_record(DELIVERED, pos, msg_id, n))
         for pos, (msg_id, due) in self.dues.items():
             add(_pack_record(DUE, pos, msg_id, due))
-        window = self.window
-        for m, seq in self.anchors.items():
+        where = self.position_of
+        for m in self.live():
             if m.attempts:
-                add(_pack_record(DELIVERED, window.position_of(seq), m.id, m.attempts))
-        for m, pos in self.moved.items():
-            if m.attempts:
-                add(_pack_record(DELIVERED, pos, m.id, m.attempts))
+                at = where(m.id)
+                if at is not None:
+                    add(_pack_record(DELIVERED, at, m.id, m.attempts))
         if due_of:
             for m, due in due_of.items():
-                at = self._position(m)
+                at = where(m.id)
                 if at is not None:
                     add(_pack_record(DUE, at, m.id, due))
         self.journal.rewrite(bytes(out))
+        self.queued = 0  # the queued messages' next attempts are journaled again
 
     def empty(self) -> None:
         """The queue was emptied: nothing is left to track or skip."""
@@ -754,7 +775,6 @@ class Ledger:
         self.skip.clear()
         self.attempts.clear()
         self.dues.clear()
-        self._pending.clear()
         self.queued = 0
         self.journal.delete()
 
@@ -763,6 +783,13 @@ class Ledger:
         self.empty()
         self.dq.acks = None
         self.dq.journal = None
+
+
+def decode_one(record: bytes, where: str) -> list[Message]:
+    """One record as a message (none if it is too short to hold a header)."""
+    from .channel import decode_records_py
+
+    return decode_records_py([record], where)
 
 
 class Dues:

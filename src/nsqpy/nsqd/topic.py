@@ -146,16 +146,15 @@ class Topic(Queued):
         if not any(map(_defer_of, msgs)):
             self.backend.put_many(encode_messages(msgs))
             return
-        positions: list[int] = []
-        try:
-            self.backend.put_many(encode_messages(msgs), positions)
-        finally:
-            dues = self._open_dues()
-            if dues is not None and positions:
-                try:
-                    dues.wrote(msgs, positions, time.time_ns())
-                except OSError as e:
-                    raise DiskQueueWriteError(str(e), len(positions)) from e
+        records = encode_messages(msgs)
+        dues = self._open_dues()
+        if dues is not None:
+            assert isinstance(self.backend, DiskQueue)
+            try:  # the due times first: a record is never there without its own
+                dues.wrote(msgs, self.backend.next_positions(map(len, records)), time.time_ns())
+            except OSError as e:
+                raise DiskQueueWriteError(str(e), 0) from e
+        self.backend.put_many(records)
 
     def _distribute(self, msgs: list[Message], done: dict[str, int] | None = None) -> None:
         """Give every channel its copy; the first write failure is raised.
