@@ -1,7 +1,8 @@
 """nsqd restarted over and over while it works: killed with SIGKILL under load in the
 crash-safe mode (``--mem-queue-size=0 --sync-every=1``), and stopped with SIGTERM with
-default settings. The promise: every message nsqd acknowledged (``OK`` to PUB/MPUB, and to
-DPUB for the clean restarts) is delivered at least once afterwards, to every channel.
+default settings. The promise: every message nsqd acknowledged (``OK`` to PUB, MPUB and
+DPUB) is delivered on every channel until a consumer's FIN, and after the kills never before
+it is due.
 
 The console script runs as a subprocess on a data path that survives the restarts;
 publishers and consumers are raw protocol-V2 clients in the test's event loop. Each kill
@@ -13,8 +14,10 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import os
 import random
 import signal
+import time
 from collections import Counter
 
 import pytest
@@ -27,7 +30,7 @@ from nsqpy.protocol.frames import FRAME_TYPE_MESSAGE, decode_message
 pytestmark = pytest.mark.timeout(240)
 
 STRICT = ("--mem-queue-size=0", "--sync-every=1")
-KILL_CYCLES = 50
+KILL_CYCLES = int(os.environ.get("NSQPY_KILL_CYCLES", "50"))
 TERM_CYCLES = 8
 
 
@@ -168,21 +171,172 @@ def check_logs(p: NsqdProcess) -> None:
     assert "Traceback" not in err, p.describe(20000)
 
 
-async def test_kill9_storm_in_strict_mode_loses_no_acknowledged_message(tmp_path):
-    """Channel ``archive`` is read only at the end: it must hold every acknowledged
-    message. Channel ``live`` is consumed during the storm: a message nsqd had sent (in
-    flight, read off the disk) when it was killed is lost, as the README says and as the Go
-    nsqd does, so it may miss at most one RDY's worth per kill and nothing else."""
+class Consumer:
+    """A consumer of the crash-safe storm: it FINs (fast, or slowly: one at a time with a
+    pause), REQs a share with a delay, and holds a share unanswered (in flight at the kill).
+    A FIN or REQ counts once nsqd has acted on it: each batch is followed by a ``FIN`` of an
+    id nobody has, whose ``E_FIN_FAILED`` comes back after everything sent before it."""
+
+    MARKER = commands.fin(b"0" * 16)
+
+    def __init__(self, storm: CrashStorm, channel: str, rdy: int, slow: bool, mix: bool) -> None:
+        self.storm = storm
+        self.channel = channel
+        self.rdy = rdy
+        self.slow = slow
+        self.mix = mix  # REQ some (with delays) and hold some
+
+    async def run(self, port: int, stop: asyncio.Event) -> None:
+        st = self.storm
+        rng = st.rng
+        with contextlib.suppress(
+            ConnectionError, OSError, TimeoutError, AssertionError, asyncio.IncompleteReadError
+        ):
+            c = await RawClient.connect(port)
+            sent: list[tuple[str, bytes, float]] = []  # acted on once the marker answers
+            marker_out: list[tuple[str, bytes, float]] | None = None
+            try:
+                await c.sub("t", self.channel, rdy=self.rdy)
+                while not stop.is_set():
+                    try:
+                        ftype, data = await c.read_frame(timeout=0.1)
+                    except TimeoutError:
+                        ftype, data = -1, b""
+                    if ftype == FRAME_TYPE_MESSAGE:
+                        m = decode_message(data)
+                        st.delivered(self.channel, m)
+                        r = rng.random() if self.mix else 1.0
+                        if r < 0.1:
+                            continue  # held: in flight when nsqd is killed
+                        if self.slow:
+                            await asyncio.sleep(0.01)
+                        if r < 0.25:
+                            delay = rng.choice([0, 50, 300])
+                            c.send(commands.req(m.id, delay))
+                            sent.append(("req", m.body, time.time() + delay / 1000))
+                        else:
+                            c.send(commands.fin(m.id))
+                            sent.append(("fin", m.body, 0.0))
+                            # nsqd may act on it and the kill come before the marker's answer
+                            st.fin_sent[self.channel].add(m.body)
+                    elif ftype == 1 and data.startswith(b"E_FIN_FAILED") and marker_out is not None:
+                        st.acted_on(self.channel, marker_out)
+                        marker_out = None
+                    if sent and marker_out is None:
+                        c.send(self.MARKER)
+                        marker_out, sent = sent, []
+            finally:
+                await c.close()
+
+
+class CrashStorm:
+    """What was acknowledged, delivered and finished, per channel, across nsqd's lives."""
+
+    def __init__(self, rng: random.Random, channels: tuple[str, ...]) -> None:
+        self.rng = rng
+        self.channels = channels
+        self.acked: set[bytes] = set()
+        self.finished: dict[str, set[bytes]] = {ch: set() for ch in channels}
+        #: FINs sent, whether nsqd acted on them or a kill came first
+        self.fin_sent: dict[str, set[bytes]] = {ch: set() for ch in channels}
+        self.deliveries = 0
+        self.redelivered_finished = 0
+        #: a message must not arrive before this (DPUB, REQ with a delay), per channel
+        self.not_before: dict[str, dict[bytes, float]] = {ch: {} for ch in channels}
+        self.attempts: dict[str, dict[bytes, int]] = {ch: {} for ch in channels}
+        self.seq = 0
+        self.acks_this_life = 0
+        self.changed = asyncio.Event()
+        self.errors: list[str] = []
+
+    def delivered(self, channel: str, m) -> None:
+        self.deliveries += 1
+        now = time.time()
+        due = self.not_before[channel].pop(m.body, 0.0)
+        if now < due - 0.005:
+            self.errors.append(f"{channel}: {m.body!r} delivered {due - now:.3f}s before it was due")
+        last = self.attempts[channel].get(m.body, 0)
+        if m.attempts <= last:
+            self.errors.append(f"{channel}: {m.body!r} delivered with attempts {m.attempts} after {last}")
+        self.attempts[channel][m.body] = m.attempts
+        if m.body in self.finished[channel]:
+            self.redelivered_finished += 1  # a FIN a kill made nsqd forget: allowed
+
+    def acted_on(self, channel: str, batch: list[tuple[str, bytes, float]]) -> None:
+        for what, body, due in batch:
+            if what == "fin":
+                self.finished[channel].add(body)
+            elif due:
+                self.not_before[channel][body] = due
+
+    async def publisher(self, port: int, stop: asyncio.Event) -> None:
+        rng = self.rng
+        with contextlib.suppress(
+            ConnectionError, OSError, TimeoutError, AssertionError, asyncio.IncompleteReadError
+        ):
+            c = await RawClient.connect(port)
+            try:
+                while not stop.is_set():
+                    r = rng.random()
+                    self.seq += 1
+                    delay = 0
+                    if r < 0.4:
+                        batch = [b"p-%08d" % self.seq]
+                        c.send(commands.pub("t", batch[0]))
+                    elif r < 0.8:
+                        batch = [b"m-%08d-%02d" % (self.seq, i) for i in range(rng.randint(2, 20))]
+                        c.send(commands.mpub("t", batch))
+                    else:
+                        delay = rng.choice([0, 50, 500])
+                        batch = [b"d-%08d" % self.seq]
+                        c.send(commands.dpub("t", delay, batch[0]))
+                    sent_at = time.time()
+                    if await c.read_frame(timeout=10) != (0, b"OK"):
+                        return
+                    self.acked.update(batch)
+                    if delay:
+                        for ch in self.channels:
+                            self.not_before[ch][batch[0]] = sent_at + delay / 1000
+                    self.acks_this_life += len(batch)
+                    self.changed.set()
+            finally:
+                await c.close()
+
+    async def life(self, port: int, acks: int, consumers: list[Consumer]) -> tuple[asyncio.Event, list]:
+        stop = asyncio.Event()
+        self.acks_this_life = 0
+        tasks = [asyncio.create_task(self.publisher(port, stop)) for _ in range(3)]
+        tasks += [asyncio.create_task(c.run(port, stop)) for c in consumers]
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + 20
+        while self.acks_this_life < acks:
+            assert loop.time() < deadline, f"only {self.acks_this_life} of {acks} acknowledged in 20 s"
+            assert not all(t.done() for t in tasks[:3]), "every publisher stopped"
+            self.changed.clear()
+            with contextlib.suppress(asyncio.TimeoutError):
+                await asyncio.wait_for(self.changed.wait(), 1)
+        return stop, tasks
+
+
+async def test_kill9_storm_in_crash_safe_mode_loses_nothing(tmp_path):
+    """50 kills at random moments under PUB, MPUB and DPUB, a fast consumer that REQs with
+    delays and holds messages in flight, a slow one, and a channel read only at the end:
+    every acknowledged message is delivered on every channel until a FIN nsqd acted on,
+    never before it is due, its attempts counted across the kills."""
     rng = random.Random(20)
-    # DPUB waits in memory, outside the crash-safe mode: PUB and MPUB only
-    load = Load(rng, ("archive", "live"), dpub=False, consumed=("live",))
+    storm = CrashStorm(rng, ("archive", "fast", "slow"))
     data = tmp_path / "data"
     for cycle in range(KILL_CYCLES):
         p = NsqdProcess(data, *STRICT, log_dir=tmp_path / f"logs-{cycle:02d}").start()
         try:
             if cycle == 0:
-                create_channels(p, load.channels)
-            stop, tasks = await load.life(p.tcp_port, acks=rng.randint(20, 300), hold=0.0)
+                create_channels(p, storm.channels)
+            consumers = [
+                Consumer(storm, "fast", rng.choice([20, 200]), slow=False, mix=True),
+                Consumer(storm, "slow", 1, slow=True, mix=True),
+            ]
+            stop, tasks = await storm.life(p.tcp_port, rng.randint(20, 300), consumers)
+            await asyncio.sleep(rng.random() * 0.05)  # the consumers at work a little longer
             p.kill()  # SIGKILL by PID, mid-load
             stop.set()
             await asyncio.wait_for(asyncio.gather(*tasks), 20)
@@ -191,26 +345,33 @@ async def test_kill9_storm_in_strict_mode_loses_no_acknowledged_message(tmp_path
         check_logs(p)
     p = NsqdProcess(data, *STRICT, log_dir=tmp_path / "logs-final").start()
     try:
-        await drain(load, p.tcp_port)
+        stop = asyncio.Event()
+        drains = [Consumer(storm, ch, 500, slow=False, mix=False) for ch in storm.channels]
+        tasks = [asyncio.create_task(c.run(p.tcp_port, stop)) for c in drains]
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + 60
+        owed = lambda: any(storm.acked - storm.finished[ch] - storm.fin_sent[ch] for ch in storm.channels)  # noqa: E731
+        while owed() and loop.time() < deadline:
+            await asyncio.sleep(0.2)
+        await asyncio.sleep(1.0)  # anything more would come now (REQ delays are <= 0.5 s)
+        stop.set()
+        await asyncio.gather(*tasks)
     finally:
         code = p.stop()
     assert code == 0, p.describe()
     check_logs(p)
-    assert len(load.acked) > KILL_CYCLES * 20
-    report_losses(load, ("archive",))
-    lost_live = load.acked - load.delivered["live"]
-    per_life = Counter(load.life_of[b] for b in lost_live)
+    assert len(storm.acked) > KILL_CYCLES * 20
+    for ch in storm.channels:
+        lost = storm.acked - storm.finished[ch] - storm.fin_sent[ch]
+        assert not lost, (
+            f"channel {ch}: {len(lost)} of {len(storm.acked)} acknowledged messages lost, "
+            f"e.g. {sorted(lost)[:5]}"
+        )
+    assert not storm.errors, storm.errors[:10]
     print(
-        f"kill -9 storm: {KILL_CYCLES} kills, {len(load.acked)} acknowledged; archive lost 0; live lost "
-        f"{len(lost_live)} (in flight at {len(per_life)} of the kills)"
-    )
-    # a kill loses what was in flight to the one live consumer of that life, at most its RDY;
-    # which life acknowledged a lost message says nothing (the consumer lags the publishers:
-    # a message acknowledged in one life may be in flight at a later kill), so the bound is
-    # on the total
-    assert len(lost_live) <= sum(load.rdy_of_life), (
-        f"live lost {len(lost_live)}, more than the {sum(load.rdy_of_life)} the kills could have had "
-        f"in flight (RDY of each life {load.rdy_of_life}; lost by acknowledging life {dict(per_life)})"
+        f"kill -9 storm: {KILL_CYCLES} kills, {len(storm.acked)} acknowledged, "
+        f"{storm.deliveries} deliveries, 0 lost on {len(storm.channels)} channels; "
+        f"{storm.redelivered_finished} FIN'd message(s) delivered again"
     )
 
 

@@ -621,12 +621,13 @@ class Ledger:
         self.journal.add(FINISHED, pos, msg_id, 0)
 
     def deferred(self, msg: Message, due_ns: int) -> None:
-        """REQ with a delay: the message waits until ``due_ns`` (ns since the epoch)."""
+        """REQ with a delay: the message waits until ``due_ns`` (ns since the epoch). Written
+        at once: a REQ nsqd has acted on keeps its delay whatever comes next."""
         pos = self.position_of(msg.id)
         if pos is not None:
-            if not self.journal.buf:
-                self.dq.mark_dirty()
+            self.dq.mark_dirty()
             self.journal.add(DUE, pos, msg.id, due_ns)
+            self.flush(compact=False)
 
     def wrote(self, msgs: Sequence[Message], positions: Sequence[int], now_ns: int) -> None:
         """``msgs`` are about to be appended to the queue at ``positions``: the deferred
