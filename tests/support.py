@@ -395,3 +395,32 @@ def load_hot(message_type: type | None = None) -> Any:
     if message_type is not None:
         hot.set_message_type(message_type)
     return hot
+
+
+def read_go_queue(path: Path, name: str) -> list[bytes]:
+    """What the Go reader would hand out: from the metadata read position to the write
+    position, finished segments ending at their file size."""
+    depth, (rf, rp), (wf, wp) = _meta(path, name)
+    out = []
+    f, pos = rf, rp
+    while (f, pos) != (wf, wp):
+        data = (path / f"{name}.diskqueue.{f:06d}.dat").read_bytes()
+        end = wp if f == wf else len(data)
+        while pos < end:
+            (n,) = struct.unpack_from(">i", data, pos)
+            out.append(data[pos + 4 : pos + 4 + n])
+            pos += 4 + n
+        if f == wf:
+            break
+        f, pos = f + 1, 0
+    assert len(out) == depth
+    return out
+
+
+def _meta(path: Path, name: str) -> tuple[int, tuple[int, int], tuple[int, int]]:
+    """The metadata as Go's Fscanf("%d\\n%d,%d\\n%d,%d\\n") reads it (what follows is ignored)."""
+    lines = (path / f"{name}.diskqueue.meta.dat").read_text().split("\n")
+    depth = int(lines[0])
+    rf, rp = (int(x) for x in lines[1].split(","))
+    wf, wp = (int(x) for x in lines[2].split(","))
+    return depth, (rf, rp), (wf, wp)

@@ -9,7 +9,7 @@ import time
 
 import pytest
 from e2e.proc import NsqdProcess
-from support import RawClient, nsqd_stats
+from support import RawClient, nsqd_stats, read_go_queue
 
 from nsqpy.protocol import commands
 
@@ -188,3 +188,95 @@ async def test_topics_channels_and_pauses_survive_restart(tmp_path):
         assert topics["b"]["paused"] is True and topics["a"]["paused"] is False
         chans = {c["channel_name"]: c["paused"] for c in topics["a"]["channels"]}
         assert chans == {"x": False, "y": True}
+
+
+STRICT = ("--mem-queue-size=0", "--sync-every=1")
+
+
+async def act_on(c: RawClient) -> None:
+    """Wait until nsqd has acted on everything sent on ``c`` (a FIN of an id nobody has is
+    answered after what came before it)."""
+    c.send(commands.fin(b"0" * 16))
+    ftype, data = await c.read_frame()
+    assert ftype == 1 and data.startswith(b"E_FIN_FAILED"), data
+
+
+@pytest.mark.parametrize("stop", ["kill -9", "SIGTERM"])
+async def test_crash_safe_mode_keeps_every_unfinished_message(tmp_path, stop):
+    """The crash-safe mode's promise, in the scenario NSQ loses messages in: queued, in
+    flight, requeued with a delay, DPUB'd and not yet due. After the restart each comes back
+    (in flight: attempts counted; deferred: when due, not before), finished ones do not, and
+    the directory read by the Go nsqd's rules holds every unfinished message."""
+    bodies = [b"q%04d" % i for i in range(300)]
+    with NsqdProcess(tmp_path, *STRICT, "--msg-timeout=60s") as p:
+        p.start()
+        assert p.http_post("/topic/create?topic=t")[0] == 200
+        assert p.http_post("/channel/create?topic=t&channel=c")[0] == 200
+        await publish(p.tcp_port, "t", bodies)
+        d = await RawClient.connect(p.tcp_port)
+        for i in range(5):
+            d.send(commands.dpub("t", 4000, b"dpub-%d" % i))
+            assert await d.read_frame() == (0, b"OK")
+        c = await RawClient.connect(p.tcp_port)
+        await c.sub("t", "c", rdy=60)
+        got = await c.read_messages(60)
+        c.send(commands.rdy(0))  # no more: what is in flight stays so
+        finished, requeued, held = got[:20], got[20:30], got[30:]
+        for m in finished:
+            c.send(commands.fin(m.id))
+        for m in requeued:
+            c.send(commands.req(m.id, 4000))
+        await act_on(c)
+        stopped_at = time.monotonic()
+        if stop == "kill -9":
+            p.kill()
+        else:
+            assert p.stop(signal.SIGTERM, timeout=20) == 0
+    # what the Go nsqd would read: from the floor on, every message not finished
+    go_view = {r[26:] for r in read_go_queue(tmp_path, "t:c")}
+    unfinished = set(bodies) - {m.body for m in finished} | {b"dpub-%d" % i for i in range(5)}
+    assert unfinished <= go_view
+    with NsqdProcess(tmp_path, *STRICT) as p:
+        p.start()
+        # the depth counts what is owed now: the journal's finished records are not in it
+        assert depths(p)["t:c"] == len(unfinished)
+        c = await RawClient.connect(p.tcp_port)
+        await c.sub("t", "c", rdy=500)
+        now = await c.read_messages(270)  # 240 never delivered, 30 in flight at the stop
+        attempts = {m.body: m.attempts for m in now}
+        assert set(attempts) == set(bodies[60:]) | {m.body for m in held}
+        assert all(attempts[m.body] == 2 for m in held)  # the delivery before the stop counts
+        assert all(attempts[b] == 1 for b in bodies[60:])
+        for m in now:
+            c.send(commands.fin(m.id))
+        await c.expect_silence(0.5)  # the deferred ones keep their due time
+        later = await c.read_messages(15, timeout=15)
+        assert time.monotonic() - stopped_at >= 3.5
+        assert {m.body for m in later} == {m.body for m in requeued} | {b"dpub-%d" % i for i in range(5)}
+        for m in later:
+            c.send(commands.fin(m.id))
+        await act_on(c)
+        await c.expect_silence(0.5)  # and the finished ones never come back
+        await c.close()
+
+
+async def test_dpub_held_by_a_topic_keeps_its_due_time_across_kill_9(tmp_path):
+    """A topic without channels holds a DPUB in its DiskQueue: its due time is kept (NSQ's
+    topic backlog forgets it and delivers at once)."""
+    with NsqdProcess(tmp_path, *STRICT) as p:
+        p.start()
+        d = await RawClient.connect(p.tcp_port)
+        d.send(commands.dpub("held", 3000, b"later"))
+        assert await d.read_frame() == (0, b"OK")
+        d.send(commands.pub("held", b"now"))
+        assert await d.read_frame() == (0, b"OK")
+        sent_at = time.monotonic()
+        p.kill()
+    with NsqdProcess(tmp_path, *STRICT) as p:
+        p.start()
+        c = await RawClient.connect(p.tcp_port)
+        await c.sub("held", "c", rdy=10)
+        assert (await c.read_message()).body == b"now"
+        m = await c.read_message(timeout=10)
+        assert m.body == b"later" and time.monotonic() - sent_at >= 2.9
+        await c.close()

@@ -14,7 +14,7 @@ import struct
 
 import pytest
 from conftest import make_options
-from support import RawClient, wait_for
+from support import RawClient, read_go_queue, wait_for
 
 from nsqpy.nsqd.nsqd import NSQD
 from nsqpy.protocol import commands
@@ -39,35 +39,6 @@ def write_go_queue(path, name: str, records: list[bytes], max_bytes: int = 1 << 
     (path / f"{name}.diskqueue.{file_num:06d}.dat").write_bytes(bytes(segment))
     meta = f"{len(records)}\n{read[0]},{read[1]}\n{file_num},{pos}\n"
     (path / f"{name}.diskqueue.meta.dat").write_text(meta)
-
-
-def read_go_queue(path, name: str) -> list[bytes]:
-    """What the Go reader would hand out: from the metadata read position to the write
-    position, finished segments ending at their file size."""
-    depth, (rf, rp), (wf, wp) = _meta(path, name)
-    out = []
-    f, pos = rf, rp
-    while (f, pos) != (wf, wp):
-        data = (path / f"{name}.diskqueue.{f:06d}.dat").read_bytes()
-        end = wp if f == wf else len(data)
-        while pos < end:
-            (n,) = struct.unpack_from(">i", data, pos)
-            out.append(data[pos + 4 : pos + 4 + n])
-            pos += 4 + n
-        if f == wf:
-            break
-        f, pos = f + 1, 0
-    assert len(out) == depth
-    return out
-
-
-def _meta(path, name):
-    lines = (path / f"{name}.diskqueue.meta.dat").read_text().split("\n")
-    depth = int(lines[0])
-    rf, rp = (int(x) for x in lines[1].split(","))
-    wf, wp = (int(x) for x in lines[2].split(","))
-    assert lines[3] == ""
-    return depth, (rf, rp), (wf, wp)
 
 
 def ids(n: int, start: int = 0) -> list[bytes]:

@@ -33,7 +33,7 @@ from ..protocol.names import is_ephemeral
 from .backend import BackendQueue, Queued
 from .diskqueue import DiskQueue, DiskQueueError, DiskQueueWriteError
 from .inflight import InFlightTimers, TimersByClient
-from .journal import RELOCATE_MIN_SPAN, Ledger
+from .journal import Ledger
 from .message import Message
 from .quantile import Quantile
 
@@ -218,6 +218,10 @@ class Channel(Queued):
             self.message_count += total
             return
         free = self.nsqd.options.mem_queue_size - len(self.queue)
+        if self.ephemeral and free < len(msgs):
+            # as Go's unbuffered memory channel with --mem-queue-size=0: what consumers are
+            # ready for now is handed over, the rest dropped
+            free = max(free, self._room() - len(self.queue))
         if free < len(msgs):
             keep = max(free, 0)
             overflow = msgs[keep:]
@@ -331,6 +335,10 @@ class Channel(Queued):
             ready = still
         if ledger is not None:
             ledger.sent(before - len(q))
+
+    def _room(self) -> int:
+        """Messages the clients are ready for (RDY less what they have in flight)."""
+        return sum(c.ready_count - c.in_flight_count for c in self.clients.values() if c.can_receive())
 
     def _refill(self, b: BackendQueue, want: int) -> None:
         """Move up to ``want`` messages from the backend to the memory queue."""
@@ -459,8 +467,8 @@ class Channel(Queued):
         while d and d[0][0] <= now:
             self.queue.append(heapq.heappop(d)[2])
         ledger = self.ledger
-        if ledger is not None and ledger.tracking and ledger.window.span >= RELOCATE_MIN_SPAN:
-            ledger.relocate(self._due_times)
+        if ledger is not None and ledger.tracking:
+            ledger.relocate(self._due_times)  # when a few messages hold the floor far back
         self.schedule_pump()
 
     def _live(self) -> Iterator[Message]:
