@@ -7,6 +7,7 @@ phase was read back; it makes no claim about speed (benchmarks, not tests, do th
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -119,3 +120,50 @@ def test_bench_client_smoke() -> None:
     assert set(rows) == {"PUB", "SUB"}
     assert rows["PUB"]["msgs"] > 0 and rows["SUB"]["msgs"] == rows["PUB"]["msgs"]
     assert all(r["ops_per_s"] > 0 and r["mb_per_s"] > 0 for r in rows.values())
+
+
+@pytest.mark.timeout(120)
+def test_bench_durable_smoke() -> None:
+    """bench_durable.py starts our nsqd in the crash-safe mode with a channel and reports the
+    acknowledged PUB rate of its publishers."""
+    proc = subprocess.run(
+        [
+            sys.executable,
+            str(ROOT / "bench" / "bench_durable.py"),
+            f"--daemon=ours={NSQD}",
+            "--channel=c",
+            "--publishers=4",
+            "--runfor=1",
+        ],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=100,
+    )
+    output = f"--- stdout\n{proc.stdout}\n--- stderr\n{proc.stderr}"
+    assert proc.returncode == 0, output
+    acked = re.search(r"publishers=4 acked=(\d+) ", proc.stdout)
+    assert acked and int(acked.group(1)) > 0, output
+
+
+@pytest.mark.timeout(120)
+def test_bench_crash_smoke() -> None:
+    """bench_crash.py kills our nsqd in the crash-safe mode mid-scenario: nothing
+    acknowledged and unfinished is lost (it exits 1 otherwise)."""
+    proc = subprocess.run(
+        [
+            sys.executable,
+            str(ROOT / "bench" / "bench_crash.py"),
+            f"--nsqd-bin={NSQD}",
+            "--delay=1",
+            "--drain=3",
+        ],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=100,
+    )
+    output = f"--- stdout\n{proc.stdout}\n--- stderr\n{proc.stderr}"
+    assert proc.returncode == 0, output
+    assert "total 0 of 2950 acknowledged and never FIN'd" in proc.stdout, output
+    assert "deferred delivered before due 0" in proc.stdout, output
