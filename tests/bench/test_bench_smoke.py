@@ -15,25 +15,31 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
-RUN = ROOT / "bench" / "run.py"
 NSQD = Path(sys.executable).with_name("nsqd")
+
+
+def run_bench(script: str, *args: str, timeout: float) -> tuple[str, str]:
+    """Run ``bench/<script>`` with our nsqd's flags as given; it must exit 0. Returns its
+    stdout and, for failure messages, both of its outputs."""
+    proc = subprocess.run(
+        [sys.executable, str(ROOT / "bench" / script), *args],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
+    output = f"--- stdout\n{proc.stdout}\n--- stderr\n{proc.stderr}"
+    assert proc.returncode == 0, output
+    return proc.stdout, output
 
 
 @pytest.mark.timeout(300)
 def test_bench_run_smoke() -> None:
-    proc = subprocess.run(
-        [sys.executable, str(RUN), "--smoke", "--json", f"--nsqd-bin={NSQD}"],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=280,
-    )
-    output = f"--- stdout\n{proc.stdout}\n--- stderr\n{proc.stderr}"
-    assert proc.returncode == 0, output
-    assert "== nsqpy bench summary" in proc.stdout, output
-    assert "RESULT: OK" in proc.stdout, output
+    stdout, output = run_bench("run.py", "--smoke", "--json", f"--nsqd-bin={NSQD}", timeout=280)
+    assert "== nsqpy bench summary" in stdout, output
+    assert "RESULT: OK" in stdout, output
 
-    summary = json.loads([ln for ln in proc.stdout.splitlines() if ln.startswith('{"target"')][-1])
+    summary = json.loads([ln for ln in stdout.splitlines() if ln.startswith('{"target"')][-1])
     assert summary["failures"] == []
     rows = {(r["phase"], r["test"]): r for r in summary["rows"]}
     assert set(rows) == {
@@ -64,19 +70,11 @@ def test_bench_run_smoke() -> None:
 def test_bench_run_smoke_upgraded(flags: list[str], negotiated: tuple[str, ...]) -> None:
     """run.py --smoke through the connection upgrades: every tool connection negotiates them
     (the tools fail otherwise), and the sequential phase reads back exactly what it wrote."""
-    proc = subprocess.run(
-        [sys.executable, str(RUN), "--smoke", "--json", f"--nsqd-bin={NSQD}", *flags],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=100,
-    )
-    output = f"--- stdout\n{proc.stdout}\n--- stderr\n{proc.stderr}"
-    assert proc.returncode == 0, output
-    assert "RESULT: OK" in proc.stdout, output
-    assert "   upgrade=" + "+".join(f.removeprefix("--") for f in flags) in proc.stdout, output
+    stdout, output = run_bench("run.py", "--smoke", "--json", f"--nsqd-bin={NSQD}", *flags, timeout=100)
+    assert "RESULT: OK" in stdout, output
+    assert "   upgrade=" + "+".join(f.removeprefix("--") for f in flags) in stdout, output
 
-    summary = json.loads([ln for ln in proc.stdout.splitlines() if ln.startswith('{"target"')][-1])
+    summary = json.loads([ln for ln in stdout.splitlines() if ln.startswith('{"target"')][-1])
     assert summary["failures"] == []
     assert summary["upgrade"] == "+".join(
         "deflate(6)" if f == "--deflate" else f.removeprefix("--") for f in flags
@@ -101,20 +99,12 @@ def test_bench_run_smoke_upgraded(flags: list[str], negotiated: tuple[str, ...])
 @pytest.mark.timeout(200)
 def test_bench_client_smoke() -> None:
     """bench_client.py (our client library through our nsqd) prints both figures."""
-    proc = subprocess.run(
-        [sys.executable, str(ROOT / "bench" / "bench_client.py"), "--smoke", "--json", f"--nsqd-bin={NSQD}"],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=180,
-    )
-    output = f"--- stdout\n{proc.stdout}\n--- stderr\n{proc.stderr}"
-    assert proc.returncode == 0, output
-    assert "RESULT: OK" in proc.stdout, output
+    stdout, output = run_bench("bench_client.py", "--smoke", "--json", f"--nsqd-bin={NSQD}", timeout=180)
+    assert "RESULT: OK" in stdout, output
     for test in ("PUB", "SUB"):  # the Go-style result line: msgs/s and MB/s
-        line = [ln for ln in proc.stdout.splitlines() if ln.startswith(f"{test}: [bench_client]")]
+        line = [ln for ln in stdout.splitlines() if ln.startswith(f"{test}: [bench_client]")]
         assert line and "mb/s" in line[0] and "ops/s" in line[0], output
-    summary = json.loads([ln for ln in proc.stdout.splitlines() if ln.startswith('{"tool"')][-1])
+    summary = json.loads([ln for ln in stdout.splitlines() if ln.startswith('{"tool"')][-1])
     assert summary["failures"] == []
     rows = {r["test"]: r for r in summary["rows"]}
     assert set(rows) == {"PUB", "SUB"}
@@ -126,23 +116,15 @@ def test_bench_client_smoke() -> None:
 def test_bench_durable_smoke() -> None:
     """bench_durable.py starts our nsqd in the crash-safe mode with a channel and reports the
     acknowledged PUB rate of its publishers."""
-    proc = subprocess.run(
-        [
-            sys.executable,
-            str(ROOT / "bench" / "bench_durable.py"),
-            f"--daemon=ours={NSQD}",
-            "--channel=c",
-            "--publishers=4",
-            "--runfor=1",
-        ],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
+    stdout, output = run_bench(
+        "bench_durable.py",
+        f"--daemon=ours={NSQD}",
+        "--channel=c",
+        "--publishers=4",
+        "--runfor=1",
         timeout=100,
     )
-    output = f"--- stdout\n{proc.stdout}\n--- stderr\n{proc.stderr}"
-    assert proc.returncode == 0, output
-    acked = re.search(r"publishers=4 acked=(\d+) ", proc.stdout)
+    acked = re.search(r"publishers=4 acked=(\d+) ", stdout)
     assert acked and int(acked.group(1)) > 0, output
 
 
@@ -150,20 +132,6 @@ def test_bench_durable_smoke() -> None:
 def test_bench_crash_smoke() -> None:
     """bench_crash.py kills our nsqd in the crash-safe mode mid-scenario: nothing
     acknowledged and unfinished is lost (it exits 1 otherwise)."""
-    proc = subprocess.run(
-        [
-            sys.executable,
-            str(ROOT / "bench" / "bench_crash.py"),
-            f"--nsqd-bin={NSQD}",
-            "--delay=1",
-            "--drain=3",
-        ],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=100,
-    )
-    output = f"--- stdout\n{proc.stdout}\n--- stderr\n{proc.stderr}"
-    assert proc.returncode == 0, output
-    assert "total 0 of 2950 acknowledged and never FIN'd" in proc.stdout, output
-    assert "deferred delivered before due 0" in proc.stdout, output
+    stdout, output = run_bench("bench_crash.py", f"--nsqd-bin={NSQD}", "--delay=1", "--drain=3", timeout=100)
+    assert "total 0 of 2950 acknowledged and never FIN'd" in stdout, output
+    assert "deferred delivered before due 0" in stdout, output

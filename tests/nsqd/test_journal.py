@@ -26,7 +26,7 @@ from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, pr
 
 from nsqpy.nsqd import diskqueue, journal
 from nsqpy.nsqd.channel import decode_records, encode_messages
-from nsqpy.nsqd.diskqueue import DiskQueue
+from nsqpy.nsqd.diskqueue import DiskQueue, position
 from nsqpy.nsqd.journal import (
     DELIVERED,
     DUE,
@@ -36,7 +36,6 @@ from nsqpy.nsqd.journal import (
     Ledger,
     Window,
     journal_path,
-    position,
 )
 from nsqpy.nsqd.message import Message
 

@@ -34,6 +34,19 @@ KILL_CYCLES = int(os.environ.get("NSQPY_KILL_CYCLES", "50"))
 TERM_CYCLES = 8
 
 
+async def until_acknowledged(load: Load | CrashStorm, acks: int, publishers: list[asyncio.Task]) -> None:
+    """Return once ``acks`` messages were acknowledged in this life (``load.acks_this_life``;
+    the publishers set ``load.changed``)."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + 20
+    while load.acks_this_life < acks:
+        assert loop.time() < deadline, f"only {load.acks_this_life} of {acks} acknowledged in 20 s"
+        assert not all(t.done() for t in publishers), "every publisher stopped"
+        load.changed.clear()
+        with contextlib.suppress(asyncio.TimeoutError):
+            await asyncio.wait_for(load.changed.wait(), 1)
+
+
 class Load:
     """Publishers and consumers against one nsqd life; results accumulate across lives."""
 
@@ -121,14 +134,7 @@ class Load:
         self.rdy_of_life.append(0)
         tasks = [asyncio.create_task(self.publisher(port, stop)) for _ in range(3)]
         tasks += [asyncio.create_task(self.consumer(port, ch, stop, hold)) for ch in self.consumed]
-        loop = asyncio.get_running_loop()
-        deadline = loop.time() + 20
-        while self.acks_this_life < acks:
-            assert loop.time() < deadline, f"only {self.acks_this_life} of {acks} acknowledged in 20 s"
-            assert not all(t.done() for t in tasks[:3]), "every publisher stopped"
-            self.changed.clear()
-            with contextlib.suppress(asyncio.TimeoutError):
-                await asyncio.wait_for(self.changed.wait(), 1)
+        await until_acknowledged(self, acks, tasks[:3])
         return stop, tasks
 
 
@@ -307,14 +313,7 @@ class CrashStorm:
         self.acks_this_life = 0
         tasks = [asyncio.create_task(self.publisher(port, stop)) for _ in range(3)]
         tasks += [asyncio.create_task(c.run(port, stop)) for c in consumers]
-        loop = asyncio.get_running_loop()
-        deadline = loop.time() + 20
-        while self.acks_this_life < acks:
-            assert loop.time() < deadline, f"only {self.acks_this_life} of {acks} acknowledged in 20 s"
-            assert not all(t.done() for t in tasks[:3]), "every publisher stopped"
-            self.changed.clear()
-            with contextlib.suppress(asyncio.TimeoutError):
-                await asyncio.wait_for(self.changed.wait(), 1)
+        await until_acknowledged(self, acks, tasks[:3])
         return stop, tasks
 
 

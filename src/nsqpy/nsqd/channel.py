@@ -48,7 +48,8 @@ if compiled:
 log = logging.getLogger("nsqd")
 
 _seq = itertools.count()
-_defer_of = operator.attrgetter("defer")
+#: a message's DPUB delay (0 for none)
+defer_of = operator.attrgetter("defer")
 
 
 def encode_messages_py(msgs: list[Message]) -> list[bytes]:
@@ -204,7 +205,7 @@ class Channel(Queued):
             self._put_durable(msgs, ledger)
             return
         total = len(msgs)
-        if any(map(_defer_of, msgs)):
+        if any(map(defer_of, msgs)):
             now_msgs = []
             for m in msgs:
                 if m.defer:
@@ -245,7 +246,7 @@ class Channel(Queued):
         """Crash-safe mode: every message goes to the DiskQueue, a deferred one (DPUB) with
         its due time in the journal (written first: a record is never there without it)."""
         records = encode_messages(msgs)
-        if any(map(_defer_of, msgs)):
+        if any(map(defer_of, msgs)):
             assert isinstance(self.backend, DiskQueue)
             planned = self.backend.next_positions(map(len, records))
             try:

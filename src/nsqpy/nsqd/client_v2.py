@@ -469,23 +469,10 @@ class ClientV2(asyncio.Protocol):
         deadline = now + self.msg_timeout
         entries = channel.timers[self.id].queue
         sent_bytes = None
-        if self.sample_rate and channel.ledger is not None:
-            # the left-out messages are finished for this channel: its ledger must know
-            dropped: list[Message] = []
-            sent_bytes = send_batch_py(
-                channel.queue,
-                n,
-                self,
-                channel.in_flight,
-                entries,
-                deadline,
-                now,
-                self._out,
-                self.sample_rate,
-                dropped,
-            )
-            channel.dropped(dropped)
-        elif compiled:
+        # with a sample rate, the left-out messages are finished for the channel: a ledger
+        # must know them (the compiled batch drops them silently)
+        dropped: list[Message] | None = [] if self.sample_rate and channel.ledger is not None else None
+        if compiled and dropped is None:
             if self.sample_rate:
                 from random import randrange
 
@@ -516,7 +503,10 @@ class ClientV2(asyncio.Protocol):
                 now,
                 self._out,
                 self.sample_rate,
+                dropped,
             )
+        if dropped:
+            channel.dropped(dropped)
         sent, nbytes = sent_bytes
         self.in_flight_count += sent
         self.message_count += sent

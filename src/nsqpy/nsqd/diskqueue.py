@@ -54,8 +54,20 @@ from .fileio import (
 if TYPE_CHECKING:
     from .journal import Floor, Journal
 
-#: bits of a record position (:func:`nsqpy.nsqd.journal.position`) holding the offset
+#: bits of a record's position (:func:`position`) that hold its offset (1 TiB segments)
 POS_SHIFT = 40
+_OFFSET_MASK = (1 << POS_SHIFT) - 1
+
+
+def position(file_num: int, offset: int) -> int:
+    """A record's position in a queue, its segment number and offset in one int (ordered as
+    the records are)."""
+    return file_num << POS_SHIFT | offset
+
+
+def split_position(pos: int) -> tuple[int, int]:
+    return pos >> POS_SHIFT, pos & _OFFSET_MASK
+
 
 __all__ = [
     "DiskQueue",
@@ -406,7 +418,7 @@ class DiskQueue:
         if acks is not None:
             floor = acks.floor()
             if floor is not None:
-                rfn, rpos = floor >> POS_SHIFT, floor & ((1 << POS_SHIFT) - 1)
+                rfn, rpos = split_position(floor)
                 depth += acks.span
         return _META_FMT % (depth, rfn, rpos, self.write_file_num, self.write_pos)
 
@@ -454,7 +466,7 @@ class DiskQueue:
 
     def put_many(self, records: Sequence[bytes], positions: list[int] | None = None) -> None:
         """Append records in order with one write per segment touched; with ``positions``,
-        each written record's position (:func:`~nsqpy.nsqd.journal.position`) is appended
+        each written record's position (:func:`position`) is appended
         to it.
 
         Sizes are checked first: if any is out of range nothing is written. On an I/O error
@@ -510,7 +522,7 @@ class DiskQueue:
             if pos > 0 and pos + 4 + n > limit:
                 file_num += 1
                 pos = 0
-            out.append(file_num << POS_SHIFT | pos)
+            out.append(position(file_num, pos))
             pos += 4 + n
         return out
 

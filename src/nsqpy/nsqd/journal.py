@@ -19,8 +19,8 @@ position in the queue *and* its message id, both checked, so a stale journal nev
 message. A message that pins the floor far behind the reader (deferred for an hour, held by a
 slow consumer) is **moved**: a copy is appended to the queue and fsynced, then the original
 is journaled as finished (a crash in between leaves both: the second one read is dropped).
-A topic uses the same journal, with ``T`` records only, for DPUB messages it holds while it
-has no channel (:class:`Dues`).
+A topic's ledger only keeps the ``T`` records of the DPUB messages it holds while it has
+no channel (or is paused).
 
 The Go nsqd ignores the journal. On a directory written in this mode it starts from the
 floor and delivers everything above it again (finished messages too, deferred ones at once):
@@ -47,7 +47,7 @@ from typing import TYPE_CHECKING, Protocol
 
 from ..protocol.frames import MESSAGE_BODY_OFFSET as BODY_AT
 from ..protocol.frames import MESSAGE_ID_OFFSET as ID_AT
-from .diskqueue import DiskQueueError
+from .diskqueue import DiskQueueError, position
 from .fileio import path_error, remove_quietly, temp_name
 
 if TYPE_CHECKING:
@@ -56,12 +56,9 @@ if TYPE_CHECKING:
 
 __all__ = [
     "JOURNAL_SUFFIX",
-    "Dues",
     "Journal",
     "Ledger",
     "Window",
-    "position",
-    "split_position",
 ]
 
 #: ``<queue name>`` + this is the journal's file name in the data path
@@ -76,11 +73,6 @@ _FRAME = struct.Struct(">II")
 _RECORD = struct.Struct(">cq16sq")
 RECORD_SIZE = _RECORD.size
 _pack_record = _RECORD.pack
-_pack_into = _RECORD.pack_into
-
-#: bits of a position that hold the offset in the segment (1 TiB segments)
-POS_SHIFT = 40
-_OFFSET_MASK = (1 << POS_SHIFT) - 1
 
 #: a journal is rewritten as its state once it is this big and 4x what that state takes
 COMPACT_MIN_BYTES = 4 << 20
@@ -90,15 +82,6 @@ RELOCATE_MIN_SPAN = 65536
 RELOCATE_FACTOR = 4
 #: finished entries dropped from the front of a window once there are this many
 _WINDOW_COMPACT = 4096
-
-
-def position(file_num: int, offset: int) -> int:
-    """A record's position: its segment number and offset in one int."""
-    return file_num << POS_SHIFT | offset
-
-
-def split_position(pos: int) -> tuple[int, int]:
-    return pos >> POS_SHIFT, pos & _OFFSET_MASK
 
 
 class Floor(Protocol):
@@ -373,7 +356,7 @@ def _reader_position(dq: DiskQueue) -> int:
 class Ledger:
     """A channel's records read from its DiskQueue: which message each is (by id), what
     became of it, and what a journal left by an earlier run says about the records still
-    ahead of the reader.
+    ahead of the reader. A topic's only knows when its DPUB records are due.
 
     With ``tracking`` (the crash-safe mode) it keeps the floor and writes the journal;
     without, it only applies an earlier run's journal to the records it names, and is done
@@ -428,9 +411,9 @@ class Ledger:
         #: attempt they are about to make
         self.queued = 0
         self._replay()
+        dq.journal = self.journal  # fsynced with the queue's data
         if tracking:
             dq.acks = self.window
-            dq.journal = self.journal
 
     @classmethod
     def open(
@@ -645,6 +628,32 @@ class Ledger:
         if any_due:
             self.journal.flush()
 
+    def delays(self, records: Sequence[bytes], positions: Sequence[int], now_ns: int) -> list[float] | None:
+        """For records leaving a topic's queue for its channels: the seconds each still has
+        to wait (0 for most), None when none does (:meth:`forget` them once they are gone)."""
+        dues = self.dues
+        if not dues:
+            return None
+        out: list[float] | None = None
+        for i, (r, pos) in enumerate(zip(records, positions, strict=True)):
+            d = dues.get(pos)
+            if d is not None and d[0] == r[ID_AT:BODY_AT] and d[1] > now_ns:
+                if out is None:
+                    out = [0.0] * len(records)
+                out[i] = (d[1] - now_ns) / 1e9
+        return out
+
+    def forget(self, positions: Iterable[int]) -> None:
+        """These records left the queue (a topic's, for its channels): what the journal says
+        of them is spent."""
+        dues = self.dues
+        if dues:
+            for pos in positions:
+                dues.pop(pos, None)
+        j = self.journal
+        if j.size > COMPACT_MIN_BYTES and j.size > 4 * RECORD_SIZE * self._state_size():
+            self._rewrite()
+
     def flush(self, compact: bool = True) -> None:
         """Write the buffered records (errors are logged: what is lost is a redelivery or an
         attempt uncounted after a crash), compacting the journal when it has grown."""
@@ -743,6 +752,10 @@ class Ledger:
     def save(self, due_of: dict[Message, int] | None = None) -> None:
         """Replace the journal by what it says now (no file when that is nothing). Raises
         PathError."""
+        reader = _reader_position(self.dq)
+        for table in (self.skip, self.attempts, self.dues):
+            for p in [p for p in table if p < reader]:
+                del table[p]  # the reader passed them (a torn or skipped segment)
         out = bytearray()
         add = out.extend
         for pos, msg_id in self.window.finished_entries():
@@ -791,69 +804,3 @@ def decode_one(record: bytes, where: str) -> list[Message]:
     from .channel import decode_records_py
 
     return decode_records_py([record], where)
-
-
-class Dues:
-    """A topic's DPUB messages held in its DiskQueue (no channel yet, or paused), with their
-    due times, in the topic's journal (``T`` records)."""
-
-    __slots__ = ("dq", "dues", "journal", "log", "where")
-
-    def __init__(self, dq: DiskQueue, log: logging.Logger) -> None:
-        self.dq = dq
-        self.log = log
-        self.where = f"TOPIC({dq.name})"
-        self.journal = Journal(journal_path(dq), log)
-        self.dues: dict[int, tuple[bytes, int]] = {}
-        floor = _reader_position(dq)
-        for kind, pos, msg_id, value in self.journal.replay():
-            if kind == DUE and pos >= floor:
-                self.dues[pos] = (msg_id, value)
-            elif kind == FINISHED:
-                self.dues.pop(pos, None)
-        self._rewrite()
-        dq.journal = self.journal
-
-    def wrote(self, msgs: Sequence[Message], positions: Sequence[int], now_ns: int) -> None:
-        """As :meth:`Ledger.wrote`."""
-        add = self.journal.add
-        for m, pos in zip(msgs, positions, strict=False):
-            if m.defer:
-                due = now_ns + int(m.defer * 1e9)
-                self.dues[pos] = (m.id, due)
-                add(DUE, pos, m.id, due)
-        self.journal.flush()
-
-    def delays(self, records: Sequence[bytes], positions: Sequence[int], now_ns: int) -> list[float] | None:
-        """The seconds each record still has to wait (0 for most), None when none waits; the
-        records are forgotten (they leave the topic)."""
-        if not self.dues:
-            return None
-        out: list[float] | None = None
-        for i, (r, pos) in enumerate(zip(records, positions, strict=True)):
-            d = self.dues.pop(pos, None)
-            if d is not None and d[0] == r[ID_AT:BODY_AT] and d[1] > now_ns:
-                if out is None:
-                    out = [0.0] * len(records)
-                out[i] = (d[1] - now_ns) / 1e9
-        if self.journal.size > COMPACT_MIN_BYTES and self.journal.size > 4 * RECORD_SIZE * len(self.dues):
-            self._rewrite()
-        return out
-
-    def _rewrite(self) -> None:
-        floor = _reader_position(self.dq)
-        for pos in [p for p in self.dues if p < floor]:
-            del self.dues[pos]
-        data = b"".join(_pack_record(DUE, pos, i, due) for pos, (i, due) in self.dues.items())
-        try:
-            self.journal.rewrite(data)
-        except OSError as e:
-            self.log.error("%s: failed to compact the journal - %s", self.where, e)
-
-    def empty(self) -> None:
-        self.dues.clear()
-        self.journal.delete()
-
-    def delete(self) -> None:
-        self.empty()
-        self.dq.journal = None

@@ -8,15 +8,13 @@ A disk write that fails loses nothing: a publish is refused (the publisher is to
 chunk of the backlog stays in the topic's DiskQueue until every channel has taken it (it is
 retried every DRAIN_RETRY seconds, each channel skipping what it already took).
 
-DPUB messages held in the DiskQueue keep their due time in the topic's journal
-(:class:`~nsqpy.nsqd.journal.Dues`; NSQ delivers them at once when they reach a channel).
+DPUB messages held in the DiskQueue keep their due time in the topic's journal (its
+:class:`~nsqpy.nsqd.journal.Ledger`; NSQ delivers them at once when they reach a channel).
 """
 
 from __future__ import annotations
 
 import logging
-import operator
-import os
 import time
 from collections import deque
 from collections.abc import Callable
@@ -24,10 +22,10 @@ from typing import TYPE_CHECKING, Any
 
 from ..protocol.names import is_ephemeral
 from .backend import BackendQueue, Queued
-from .channel import Channel, decode_records, encode_messages
+from .channel import Channel, decode_records, defer_of, encode_messages
 from .diskqueue import DiskQueue, DiskQueueError, DiskQueueWriteError
 from .guid import TWEPOCH
-from .journal import Dues, journal_path
+from .journal import Ledger
 from .message import Message, copy_messages, new_messages
 from .quantile import aggregate_result
 
@@ -35,8 +33,6 @@ if TYPE_CHECKING:
     from .nsqd import NSQD
 
 log = logging.getLogger("nsqd")
-
-_defer_of = operator.attrgetter("defer")
 
 #: Messages moved from a topic's DiskQueue to its channels per event-loop turn.
 DRAIN_CHUNK = 5000
@@ -82,11 +78,10 @@ class Topic(Queued):
         self.message_bytes = 0
         self.backend: BackendQueue = nsqd.make_backend(name)
         #: the due times of DPUB messages in the DiskQueue (made with the first such message,
-        #: or from a journal an earlier run left)
-        self.dues: Dues | None = None
-        b = self.backend
-        if isinstance(b, DiskQueue) and os.path.exists(journal_path(b)):
-            self._open_dues()
+        #: or from a journal an earlier run left; gone once none is left)
+        self.dues: Ledger | None = (
+            Ledger.open(self.backend, False, log) if isinstance(self.backend, DiskQueue) else None
+        )
         self._draining = False
         #: a backlog chunk whose move failed: its position, and how many of its messages
         #: each channel (by name) already took
@@ -122,12 +117,6 @@ class Topic(Queued):
             self._distribute(msgs)
         self.message_count += n
 
-    def _open_dues(self) -> Dues | None:
-        b = self.backend
-        if self.dues is None and isinstance(b, DiskQueue):
-            self.dues = Dues(b, log)
-        return self.dues
-
     def _hold(self, msgs: list[Message]) -> None:
         free = self.nsqd.options.mem_queue_size - len(self.queue)
         if free >= len(msgs):
@@ -142,19 +131,18 @@ class Topic(Queued):
                 self.queue.extend(msgs[:keep])
 
     def _write(self, msgs: list[Message]) -> None:
-        """Messages to the DiskQueue, a deferred one's due time to the journal."""
-        if not any(map(_defer_of, msgs)):
-            self.backend.put_many(encode_messages(msgs))
-            return
+        """Messages to the DiskQueue, a deferred one's due time to the journal (first: a
+        record is never there without its own)."""
         records = encode_messages(msgs)
-        dues = self._open_dues()
-        if dues is not None:
-            assert isinstance(self.backend, DiskQueue)
-            try:  # the due times first: a record is never there without its own
-                dues.wrote(msgs, self.backend.next_positions(map(len, records)), time.time_ns())
+        b = self.backend
+        if any(map(defer_of, msgs)) and isinstance(b, DiskQueue):
+            if self.dues is None:
+                self.dues = Ledger(b, False, log)
+            try:
+                self.dues.wrote(msgs, b.next_positions(map(len, records)), time.time_ns())
             except OSError as e:
                 raise DiskQueueWriteError(str(e), 0) from e
-        self.backend.put_many(records)
+        b.put_many(records)
 
     def _distribute(self, msgs: list[Message], done: dict[str, int] | None = None) -> None:
         """Give every channel its copy; the first write failure is raised.
@@ -267,12 +255,10 @@ class Topic(Queued):
             self._drain_at = at
             self._drain_done = {}
         done = self._drain_done
+        dues = self.dues
         delays = None
-        if positions is not None and self.dues is not None:
-            delays = self.dues.delays(records, positions, time.time_ns())
-            if not self.dues.dues and not self.nsqd.crash_safe:
-                self.dues.delete()
-                self.dues = None
+        if dues is not None and positions is not None:
+            delays = dues.delays(records, positions, time.time_ns())
         chans = list(self.channels.values())
         only = chans[0] if len(chans) == 1 else None
         if (
@@ -297,6 +283,11 @@ class Topic(Queued):
                 for m, d in zip(msgs, delays, strict=True):
                     m.defer = d
             self._distribute(msgs, done)
+        if dues is not None and positions is not None:
+            dues.forget(positions)  # every channel has them now
+            if dues.spent:
+                dues.delete()
+                self.dues = None
 
     # --- channels ---------------------------------------------------------------------------
 
@@ -345,7 +336,7 @@ class Topic(Queued):
         self.queue.clear()
         self.backend.empty()
         if self.dues is not None:
-            self.dues.empty()
+            self.dues.delete()
             self.dues = None
 
     def close(self) -> None:
