@@ -18,6 +18,9 @@ nsqd (labels ``topic``, ``channel``; counters get prometheus_client's ``_total``
   (gauges)
 - ``nsq_channel_message_count_total``, ``nsq_channel_requeue_count_total``,
   ``nsq_channel_timeout_count_total`` (counters)
+- queue policies (an nsqpy addition; every queue, 0 without settings):
+  ``nsq_topic_expired_total``, ``nsq_topic_dropped_total``, ``nsq_channel_expired_total``,
+  ``nsq_channel_dropped_total``, ``nsq_channel_dead_letter_total`` (counters)
 - with ``--e2e-processing-latency-percentile``: ``nsq_channel_e2e_processing_latency_seconds``
   and ``nsq_topic_e2e_processing_latency_seconds`` (gauges with a ``quantile`` label, in
   seconds where ``/stats`` gives nanoseconds), and ``..._e2e_processing_latency_samples``
@@ -107,6 +110,8 @@ class NsqdCollector(Collector):
         t_paused = _gauge("nsq_topic_paused", "1 if the topic is paused", _T)
         t_msgs = _counter("nsq_topic_message_count", "messages published to the topic", _T)
         t_bytes = _counter("nsq_topic_message_bytes", "message body bytes published", _T)
+        t_exp = _counter("nsq_topic_expired", "held messages older than the topic's max_age", _T)
+        t_drop = _counter("nsq_topic_dropped", "held messages dropped by a drop_oldest bound", _T)
         t_lat = _gauge(
             "nsq_topic_e2e_processing_latency_seconds",
             "publish-to-FIN latency quantiles over the topic's channels",
@@ -126,6 +131,11 @@ class NsqdCollector(Collector):
         c_msgs = _counter("nsq_channel_message_count", "messages put on the channel", _TC)
         c_req = _counter("nsq_channel_requeue_count", "messages requeued (REQ)", _TC)
         c_to = _counter("nsq_channel_timeout_count", "in-flight messages timed out", _TC)
+        c_exp = _counter("nsq_channel_expired", "messages older than max_age, not delivered", _TC)
+        c_drop = _counter(
+            "nsq_channel_dropped", "messages dropped (a drop_oldest bound, max_attempts alone)", _TC
+        )
+        c_dead = _counter("nsq_channel_dead_letter", "messages published to the dead-letter topic", _TC)
         c_lat = _gauge(
             "nsq_channel_e2e_processing_latency_seconds",
             "publish-to-FIN latency quantiles",
@@ -141,6 +151,8 @@ class NsqdCollector(Collector):
             t_paused.add_metric(tl, 1 if topic.paused else 0)
             t_msgs.add_metric(tl, topic.message_count)
             t_bytes.add_metric(tl, topic.message_bytes)
+            t_exp.add_metric(tl, topic.expired_count)
+            t_drop.add_metric(tl, topic.dropped_count)
             _add_latency(t_lat, t_lat_n, tl, topic.e2e_processing_latency(now_ns))
             for ch in sorted(topic.channels.values(), key=lambda c: c.name):
                 cl = [topic.name, ch.name]
@@ -153,10 +165,14 @@ class NsqdCollector(Collector):
                 c_msgs.add_metric(cl, ch.message_count)
                 c_req.add_metric(cl, ch.requeue_count)
                 c_to.add_metric(cl, ch.timeout_count)
+                c_exp.add_metric(cl, ch.expired_count)
+                c_drop.add_metric(cl, ch.dropped_count)
+                c_dead.add_metric(cl, ch.dead_letter_count)
                 if ch.e2e is not None:
                     _add_latency(c_lat, c_lat_n, cl, ch.e2e.result(now_ns))
-        yield from (t_depth, t_bdepth, t_paused, t_msgs, t_bytes, t_lat, t_lat_n)
+        yield from (t_depth, t_bdepth, t_paused, t_msgs, t_bytes, t_exp, t_drop, t_lat, t_lat_n)
         yield from (c_depth, c_bdepth, c_inflt, c_def, c_clients, c_paused, c_msgs, c_req, c_to)
+        yield from (c_exp, c_drop, c_dead)
         yield from (c_lat, c_lat_n)
 
 

@@ -35,7 +35,7 @@
 #endif
 
 /* bumped whenever a signature changes: the wiring refuses a stale build */
-#define HOT_API_VERSION 2
+#define HOT_API_VERSION 3
 
 /* --- the layout (protocol/frames.py) ----------------------------------------------------- */
 
@@ -395,13 +395,15 @@ copy_messages(PyObject *self, PyObject *msgs)
 /* --- send_batch: a client's message frames -------------------------------------------------- */
 
 PyDoc_STRVAR(send_batch_doc,
-"send_batch(queue, n, owner, in_flight, entries, deadline, now, out[, sample, randrange])\n"
-"-> (sent, nbytes) | None\n\n"
+"send_batch(queue, n, owner, in_flight, entries, deadline, now, out[, sample, randrange\n"
+"           [, expire_before, max_attempts, rejected]]) -> (sent, nbytes) | None\n\n"
 "Pop up to n messages off the queue (a deque) and put them in flight to owner: attempts + 1,\n"
 "client, deadline and delivery_ts set, indexed in in_flight by id, (deadline, msg) appended\n"
 "to entries (a deque). Their frames go to the list out as one bytes object. None (nothing\n"
 "changed) if a message cannot be framed: the reference then raises as it always did. With\n"
-"sample (1-99), a message is dropped unless randrange(100) <= sample.");
+"sample (1-99), a message is dropped unless randrange(100) <= sample. A message published\n"
+"before expire_before (ns, 0: none) or with max_attempts attempts made (0: none) is not sent\n"
+"but appended to the list rejected.");
 
 /* what pass 1 learns of each message */
 typedef struct {
@@ -413,18 +415,35 @@ typedef struct {
 static PyObject *
 send_batch(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
 {
-    if (nargs != 8 && nargs != 10) {
-        PyErr_SetString(PyExc_TypeError, "send_batch() takes 8 or 10 arguments");
+    if (nargs != 8 && nargs != 10 && nargs != 13) {
+        PyErr_SetString(PyExc_TypeError, "send_batch() takes 8, 10 or 13 arguments");
         return NULL;
     }
     long sample = 0;
     PyObject *randrange = NULL;
-    if (nargs == 10) {
+    if (nargs >= 10) {
         sample = PyLong_AsLong(args[8]);
         if (sample == -1 && PyErr_Occurred())
             return NULL;
         randrange = args[9];
     }
+    long long expire_before = 0;
+    long max_attempts = 0;
+    PyObject *rejected = NULL;
+    if (nargs == 13) {
+        expire_before = PyLong_AsLongLong(args[10]);
+        if (expire_before == -1 && PyErr_Occurred())
+            return NULL;
+        max_attempts = PyLong_AsLong(args[11]);
+        if (max_attempts == -1 && PyErr_Occurred())
+            return NULL;
+        rejected = args[12];
+        if (!PyList_Check(rejected)) {
+            PyErr_SetString(PyExc_TypeError, "send_batch(): rejected must be a list");
+            return NULL;
+        }
+    }
+    int filtering = expire_before > 0 || max_attempts > 0;
     if (need_layout() < 0)
         return NULL;
     PyObject *q = args[0];
@@ -457,7 +476,7 @@ send_batch(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
         goto fail;
     }
     while (got < n) {
-        if (sample) {
+        if (sample || filtering) {
             Py_ssize_t left = PyObject_Length(q);
             if (left < 0)
                 goto fail;
@@ -482,11 +501,42 @@ send_batch(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
                 continue;
             }
         }
+        if (filtering) {
+            /* the reference's "expired or out of attempts: rejected, not sent" */
+            int out_of_it = 0;
+            if (expire_before > 0) {
+                PyObject *ts = mget(m, F_TS);
+                long long t = ts ? PyLong_AsLongLong(ts) : -1;
+                Py_XDECREF(ts);
+                if (t == -1 && PyErr_Occurred()) {
+                    Py_DECREF(m);
+                    goto fail;
+                }
+                out_of_it = t < expire_before;
+            }
+            if (!out_of_it && max_attempts > 0) {
+                PyObject *at = mget(m, F_ATTEMPTS);
+                long a = at ? PyLong_AsLong(at) : -1;
+                Py_XDECREF(at);
+                if (a == -1 && PyErr_Occurred()) {
+                    Py_DECREF(m);
+                    goto fail;
+                }
+                out_of_it = a >= max_attempts;
+            }
+            if (out_of_it) {
+                int err = PyList_Append(rejected, m);
+                Py_DECREF(m);
+                if (err < 0)
+                    goto fail;
+                continue;
+            }
+        }
         PyList_SET_ITEM(batch, got, m);
         got++;
     }
     if (got < n) {
-        /* sampling skipped some and the queue ran dry */
+        /* sampling or the filter skipped some and the queue ran dry */
         if (got == 0) {
             Py_DECREF(batch);
             PyMem_Free(info);

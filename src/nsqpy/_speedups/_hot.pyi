@@ -28,6 +28,9 @@ def send_batch(
     out: list[bytes],
     sample: int = 0,
     randrange: Callable[[int], int] | None = None,
+    expire_before: int = 0,
+    max_attempts: int = 0,
+    rejected: list[M] | None = None,
     /,
 ) -> tuple[int, int] | None: ...
 def expire_front(

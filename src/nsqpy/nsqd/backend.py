@@ -34,6 +34,11 @@ class BackendQueue(Protocol):
     durable: bool
 
     @property
+    def held_bytes(self) -> int:
+        """Bytes of the message bodies held."""
+        ...
+
+    @property
     def read_position(self) -> tuple[int, int]:
         """Where the next read starts (file number, offset)."""
         ...
@@ -79,6 +84,7 @@ class NullBackend:
     __slots__ = ("name",)
 
     depth = 0
+    held_bytes = 0
     durable = False
 
     def __init__(self, name: str) -> None:

@@ -16,13 +16,15 @@ hot paths pay one attribute check.
 
 from __future__ import annotations
 
+import asyncio
 import heapq
 import itertools
 import logging
 import operator
 import time
 from collections import deque
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
+from itertools import islice
 from typing import TYPE_CHECKING, Any, Protocol
 
 from .._speedups import compiled
@@ -35,6 +37,7 @@ from .diskqueue import DiskQueue, DiskQueueError, DiskQueueWriteError
 from .inflight import InFlightTimers, TimersByClient
 from .journal import Ledger
 from .message import Message
+from .policy import Policy
 from .quantile import Quantile
 
 if TYPE_CHECKING:
@@ -48,8 +51,17 @@ if compiled:
 log = logging.getLogger("nsqd")
 
 _seq = itertools.count()
+
+#: Seconds before a message a dead-letter topic would not take is tried again.
+DEAD_LETTER_RETRY = 1.0
 #: a message's DPUB delay (0 for none)
 defer_of = operator.attrgetter("defer")
+_body_of = operator.attrgetter("body")
+
+
+def body_bytes(msgs: Iterable[Message]) -> int:
+    """Bytes of the messages' bodies."""
+    return sum(map(len, map(_body_of, msgs)))
 
 
 def encode_messages_py(msgs: list[Message]) -> list[bytes]:
@@ -114,19 +126,26 @@ class Consumer(Protocol):
 class Channel(Queued):
     __slots__ = (
         "_pump_scheduled",
+        "_rate_timer",
         "_rr",
         "backend",
         "clients",
+        "dead_letter_count",
         "deferred",
+        "dropped_count",
         "e2e",
         "ephemeral",
         "exiting",
+        "expired_count",
+        "filter",
         "in_flight",
         "ledger",
         "message_count",
         "name",
         "nsqd",
         "paused",
+        "policy",
+        "qbytes",
         "queue",
         "requeue_count",
         "timed",
@@ -155,6 +174,17 @@ class Channel(Queued):
         self.message_count = 0
         self.requeue_count = 0
         self.timeout_count = 0
+        #: the channel's settings (max_age, bounds, dead letters, rate), None without
+        self.policy: Policy | None = None
+        #: bytes of the bodies in ``queue``, counted while a max_bytes bound needs them
+        self.qbytes: int | None = None
+        #: while a pump sends under a policy: what send_messages filters out
+        #: (published before, attempts made, where they go)
+        self.filter: tuple[int, int, list[Message]] | None = None
+        self._rate_timer: asyncio.TimerHandle | None = None
+        self.expired_count = 0
+        self.dropped_count = 0
+        self.dead_letter_count = 0
         self._pump_scheduled = False
         self._rr = 0
         self.backend: BackendQueue = nsqd.make_backend(f"{topic.name}:{name}")
@@ -190,6 +220,12 @@ class Channel(Queued):
         d = len(self.queue) + self.backend.depth
         ledger = self.ledger
         return d if ledger is None or not ledger.skip else max(d - len(ledger.skip), 0)
+
+    @property
+    def depth_bytes(self) -> int:
+        """Bytes of the bodies held (memory + backend; the memory part is counted only while
+        a max_bytes bound needs it)."""
+        return (self.qbytes or 0) + self.backend.held_bytes
 
     # --- accepting messages -------------------------------------------------------------
 
@@ -235,11 +271,17 @@ class Channel(Queued):
                     self.message_count += accepted
                     if msgs:
                         self.queue.extend(msgs)
+                        if self.qbytes is not None:
+                            self.qbytes += body_bytes(msgs)
                         self.schedule_pump()
                     raise DiskQueueWriteError(str(e), accepted) from e
         self.message_count += total
         if msgs:
             self.queue.extend(msgs)
+            if self.qbytes is not None:
+                self.qbytes += body_bytes(msgs)
+        if self.policy is not None:
+            self._bound()
         self.schedule_pump()
 
     def _put_durable(self, msgs: list[Message], ledger: Ledger) -> None:
@@ -259,14 +301,27 @@ class Channel(Queued):
             self.message_count += e.written
             raise
         self.message_count += len(msgs)
+        if self.policy is not None:
+            self._bound()
         self.schedule_pump()
 
     def put_in_memory(self, msgs: list[Message]) -> None:
         """Queue messages in memory even past --mem-queue-size: messages that were only in
         memory before (a topic's held messages) and that the backend would not take."""
         self.message_count += len(msgs)
-        self.queue.extend(msgs)
+        self._queue(msgs)
+        if self.policy is not None:
+            self._bound()
         self.schedule_pump()
+
+    def _queue(self, msgs: Iterable[Message]) -> None:
+        """Messages join the memory queue (their bytes counted while a bound needs them)."""
+        if self.qbytes is None:
+            self.queue.extend(msgs)
+        else:
+            msgs = list(msgs)
+            self.queue.extend(msgs)
+            self.qbytes += body_bytes(msgs)
 
     def put_records(self, records: list[bytes]) -> None:
         """Take already-encoded messages straight onto the backend (a topic's disk backlog
@@ -279,11 +334,15 @@ class Channel(Queued):
                 self.message_count += e.written
                 raise
             self.message_count += len(records)
+            if self.policy is not None:
+                self._bound()
             self.schedule_pump()
 
     def requeue_now(self, msg: Message) -> None:
         """Put a message back for immediate redelivery (REQ 0, timeout, client gone)."""
         self.queue.append(msg)
+        if self.qbytes is not None:
+            self.qbytes += len(msg.body)
         self.schedule_pump()
 
     def start_deferred(self, msg: Message, delay: float) -> None:
@@ -304,6 +363,9 @@ class Channel(Queued):
         ready = [c for c in self.clients.values() if c.can_receive()]
         n = len(ready)
         if not n:
+            return
+        if self.policy is not None:
+            self._pump_policy(self.policy, ready)
             return
         q = self.queue
         b = self.backend
@@ -337,6 +399,161 @@ class Channel(Queued):
         if ledger is not None:
             ledger.sent(before - len(q))
 
+    def _pump_policy(self, policy: Policy, ready: list[Consumer]) -> None:
+        """:meth:`_pump` under a policy: at most ``max_rate`` messages a second, and the
+        expired or out-of-attempts ones taken off the way (dead letters)."""
+        q = self.queue
+        b = self.backend
+        ledger = self.ledger
+        room = sum(c.ready_count - c.in_flight_count for c in ready)
+        if policy.max_rate is not None:
+            budget = int(policy.tokens(self.nsqd.loop.time()))
+            if budget <= 0:
+                self._rate_wait(policy)
+                return
+            room = min(room, budget)
+        if b.depth and room > len(q):
+            self._refill(b, room - len(q))
+        filtering = policy.filters
+        if ledger is not None and ledger.tracking:
+            # a filtered message is not sent: the pump may send what comes after it
+            ledger.delivering(q, len(q) if filtering else min(room, len(q)))
+        if not q:
+            return
+        if len(ready) > 1:
+            start = self._rr % len(ready)
+            self._rr += 1
+            ready = ready[start:] + ready[:start]
+        sizes = None
+        if self.qbytes is not None:
+            sizes = list(map(len, map(_body_of, q if filtering else islice(q, room))))
+        rejected: list[Message] = []
+        if filtering:
+            age = policy.max_age_ns
+            self.filter = (time.time_ns() - age if age else 0, policy.max_attempts or 0, rejected)
+        before = len(q)
+        budget = room
+        timed = self.timed
+        try:
+            while q and ready and budget > 0:
+                share = -(-min(len(q), budget) // len(ready))
+                still = []
+                for c in ready:
+                    had = c.in_flight_count
+                    c.send_messages(self, min(share, budget))
+                    budget -= c.in_flight_count - had
+                    timed.add(c.id)
+                    if not q or budget <= 0:
+                        break
+                    if c.can_receive():
+                        still.append(c)
+                ready = still
+        finally:
+            self.filter = None
+        popped = before - len(q)
+        if ledger is not None:
+            ledger.sent(popped)
+        if sizes is not None and self.qbytes is not None:
+            self.qbytes -= sum(sizes[:popped])
+        if policy.max_rate is not None:
+            policy.spend(room - budget)
+            if budget <= 0 and (q or b.depth):
+                self._rate_wait(policy)
+        if rejected:
+            self._reject(policy, rejected)
+
+    def _rate_wait(self, policy: Policy) -> None:
+        """Pump again once the rate has a token (one timer at a time)."""
+        if self._rate_timer is None and policy.max_rate:
+            self._rate_timer = self.nsqd.loop.call_later(1 / policy.max_rate, self._rate_ready)
+
+    def _rate_ready(self) -> None:
+        self._rate_timer = None
+        self.schedule_pump()
+
+    def _reject(self, policy: Policy, msgs: list[Message]) -> None:
+        """Messages a policy took off the way to a consumer: too old (max_age) or out of
+        attempts (max_attempts): published to the dead-letter topic, or dropped."""
+        now_ns = time.time_ns()
+        age = policy.max_age_ns
+        expired = sum(1 for m in msgs if age is not None and m.timestamp < now_ns - age)
+        self.expired_count += expired
+        dlq = policy.dead_letter_topic
+        if dlq is not None:
+            try:
+                self.nsqd.get_topic(dlq).put_bodies([m.body for m in msgs])
+            except Exception as e:  # noqa: BLE001 - a full disk, a bound, nsqd exiting: kept
+                log.error(
+                    "CHANNEL(%s): failed to publish %d message(s) to dead-letter topic %s, kept "
+                    "(again in %gs) - %s",
+                    self.backend_name,
+                    len(msgs),
+                    dlq,
+                    DEAD_LETTER_RETRY,
+                    e,
+                )
+                for m in msgs:
+                    self.start_deferred(m, DEAD_LETTER_RETRY)
+                return
+            self.dead_letter_count += len(msgs)
+        else:
+            self.dropped_count += len(msgs) - expired
+        ledger = self.ledger
+        if ledger is not None:
+            for m in msgs:
+                ledger.finished(m)
+
+    def set_policy(self, policy: Policy | None) -> None:
+        """New settings (None: none): a max_bytes bound counts the memory queue's bytes from
+        now on, and a drop_oldest bound applies at once."""
+        self.policy = policy
+        tracked = policy is not None and policy.max_bytes is not None
+        if tracked and self.qbytes is None:
+            self.qbytes = body_bytes(self.queue)
+        elif not tracked:
+            self.qbytes = None
+        if (policy is None or policy.max_rate is None) and self._rate_timer is not None:
+            self._rate_timer.cancel()
+            self._rate_timer = None
+        if policy is not None:
+            self._bound()
+        self.topic.policies_changed()
+        self.schedule_pump()
+
+    def _bound(self) -> None:
+        """drop_oldest: the oldest messages go, counted, until the channel is within bounds."""
+        p = self.policy
+        if p is None or not p.drops_oldest or not p.over(self.depth, self.depth_bytes):
+            return
+        q = self.queue
+        ledger = self.ledger
+        dropped = 0
+        while q and p.over(self.depth, self.depth_bytes):
+            m = q.popleft()
+            if self.qbytes is not None:
+                self.qbytes -= len(m.body)
+            if ledger is not None:
+                ledger.finished(m)
+            dropped += 1
+        b = self.backend
+        while b.depth and p.over(self.depth, self.depth_bytes):
+            before = b.depth
+            k = 1
+            if p.max_depth is not None and self.depth > p.max_depth:
+                k = self.depth - p.max_depth
+            if ledger is not None:
+                now, later = ledger.read(k, decode_records, time.time_ns())
+                for m in now:
+                    ledger.finished(m)
+                for m, _ in later:
+                    ledger.finished(m)
+            else:
+                b.read(k)
+            if b.depth == before:
+                break
+            dropped += before - b.depth
+        self.dropped_count += dropped
+
     def _room(self) -> int:
         """Messages the clients are ready for (RDY less what they have in flight)."""
         return sum(c.ready_count - c.in_flight_count for c in self.clients.values() if c.can_receive())
@@ -345,11 +562,11 @@ class Channel(Queued):
         """Move up to ``want`` messages from the backend to the memory queue."""
         ledger = self.ledger
         if ledger is None:
-            self.queue.extend(decode_records(b.read(want), f"CHANNEL({self.backend_name})"))
+            self._queue(decode_records(b.read(want), f"CHANNEL({self.backend_name})"))
             return
         now_ns = time.time_ns()
         msgs, later = ledger.read(want, decode_records, now_ns)
-        self.queue.extend(msgs)
+        self._queue(msgs)
         for m, due in later:
             self.start_deferred(m, (due - now_ns) / 1e9)
         if ledger.spent:
@@ -461,12 +678,12 @@ class Channel(Queued):
                 msg.client = None
                 self.timeout_count += 1
                 client.timed_out_message()
-                self.queue.append(msg)
+                self.requeue_now(msg)
             if not t:
                 timed.discard(cid)
         d = self.deferred
         while d and d[0][0] <= now:
-            self.queue.append(heapq.heappop(d)[2])
+            self.requeue_now(heapq.heappop(d)[2])
         ledger = self.ledger
         if ledger is not None and ledger.tracking:
             ledger.relocate(self._due_times)  # when a few messages hold the floor far back
@@ -504,7 +721,7 @@ class Channel(Queued):
             if self.in_flight.get(msg.id) is msg:
                 del self.in_flight[msg.id]
                 msg.client = None
-                self.queue.append(msg)
+                self.requeue_now(msg)
         self.schedule_pump()
         if self.ephemeral and not self.clients and not self.exiting:
             self.topic.delete_channel(self.name)
@@ -527,6 +744,8 @@ class Channel(Queued):
     def empty(self) -> None:
         """Drop every queued, in-flight and deferred message (as NSQ's Channel.Empty)."""
         self.queue.clear()
+        if self.qbytes is not None:
+            self.qbytes = 0
         for msg in self.in_flight.values():
             msg.client = None
         self.in_flight.clear()
@@ -611,5 +830,7 @@ class Channel(Queued):
         for m in self.in_flight.values():
             m.client = None
         self.queue.clear()
+        if self.qbytes is not None:
+            self.qbytes = 0
         self.in_flight.clear()
         self.deferred.clear()

@@ -65,11 +65,16 @@ def send_batch_py(
     out: list[bytes],
     sample: int = 0,
     dropped: list[Message] | None = None,
+    expire_before: int = 0,
+    max_attempts: int = 0,
+    rejected: list[Message] | None = None,
 ) -> tuple[int, int]:
     """Put up to ``n`` messages of the channel queue ``q`` in flight to ``owner`` (attempts,
     client, deadline, the in-flight index, the deadline ``entries``) and their frames on
     ``out``; with ``sample`` (1-99) each is skipped unless ``randrange(100) <= sample`` (and
-    appended to ``dropped``, if given). Returns (messages sent, frame bytes)."""
+    appended to ``dropped``, if given). A message published before ``expire_before`` (ns) or
+    with ``max_attempts`` attempts made is not sent but appended to ``rejected`` (a queue's
+    policy, 0 for none). Returns (messages sent, frame bytes)."""
     popleft = q.popleft
     entry_append = entries.append
     append = out.append
@@ -85,6 +90,12 @@ def send_batch_py(
         if sample and randrange(100) > sample:
             if dropped is not None:
                 dropped.append(msg)
+            continue
+        if (expire_before and msg.timestamp < expire_before) or (
+            max_attempts and msg.attempts >= max_attempts
+        ):
+            assert rejected is not None
+            rejected.append(msg)
             continue
         msg.attempts += 1
         msg.client = owner
@@ -472,8 +483,10 @@ class ClientV2(asyncio.Protocol):
         # with a sample rate, the left-out messages are finished for the channel: a ledger
         # must know them (the compiled batch drops them silently)
         dropped: list[Message] | None = [] if self.sample_rate and channel.ledger is not None else None
+        # a queue policy's filter: (published before, attempts made, where they go) or None
+        filt = channel.filter
         if compiled and dropped is None:
-            if self.sample_rate:
+            if self.sample_rate or filt is not None:
                 from random import randrange
 
                 sent_bytes = _c_send_batch(
@@ -487,6 +500,7 @@ class ClientV2(asyncio.Protocol):
                     self._out,
                     self.sample_rate,
                     randrange,
+                    *(filt if filt is not None else (0, 0, [])),
                 )
             else:
                 sent_bytes = _c_send_batch(
@@ -504,6 +518,7 @@ class ClientV2(asyncio.Protocol):
                 self._out,
                 self.sample_rate,
                 dropped,
+                *(filt if filt is not None else ()),
             )
         if dropped:
             channel.dropped(dropped)

@@ -313,6 +313,7 @@ class DiskQueue:
         "_rsize",
         "_segment_re",
         "_seq",
+        "_sizes",
         "_wdirty",
         "_wfd",
         "acks",
@@ -400,6 +401,8 @@ class DiskQueue:
         self.journal: Journal | None = None
         #: time.monotonic() of the last metadata snapshot handed to a sync job
         self._meta_time = 0.0
+        #: sizes of finished segments (for :attr:`bytes`), by number
+        self._sizes: dict[int, int] = {}
 
         self._open()
         #: the lowest segment still on disk that the floor may need
@@ -421,6 +424,29 @@ class DiskQueue:
                 rfn, rpos = split_position(floor)
                 depth += acks.span
         return _META_FMT % (depth, rfn, rpos, self.write_file_num, self.write_pos)
+
+    @property
+    def held_bytes(self) -> int:
+        """Bytes of the message bodies held (the records from the read position on, less
+        each one's length and header): what a ``max_bytes`` bound counts."""
+        rfn, wfn = self.read_file_num, self.write_file_num
+        if rfn == wfn:
+            total = self.write_pos - self.read_pos
+        else:
+            total = self._segment_size(rfn) - self.read_pos + self.write_pos
+            for n in range(rfn + 1, wfn):
+                total += self._segment_size(n)
+        return max(total - (4 + self.min_msg_size) * self.depth, 0)
+
+    def _segment_size(self, file_num: int) -> int:
+        size = self._sizes.get(file_num)
+        if size is None:
+            try:
+                size = os.stat(self.file_name(file_num)).st_size
+            except OSError:
+                size = 0
+            self._sizes[file_num] = size
+        return size
 
     def floor_file(self) -> int:
         """The segment of the oldest record the queue still needs."""
@@ -609,6 +635,8 @@ class DiskQueue:
                     self._remove_segment(old)
             else:
                 self._rsize = self.write_pos
+        if self.read_file_num <= old:
+            self._sizes[old] = self.write_pos
         self.write_file_num = old + 1
         self.write_pos = 0
         # go-diskqueue syncs every time it starts writing a new file
@@ -776,6 +804,7 @@ class DiskQueue:
         """The finished read segment is consumed: delete it and move to the next one."""
         old = self.read_file_num
         self._close_read_file()
+        self._sizes.pop(old, None)
         self.read_file_num = old + 1
         self.read_pos = 0
         # go-diskqueue syncs every time it starts reading from a new file
@@ -998,6 +1027,7 @@ class DiskQueue:
                 except OSError as e2:
                     self._log.error("DISKQUEUE(%s) failed to remove metadata file - %s", self.name, e2)
         self._remove_below(new)
+        self._sizes.clear()
         self.write_file_num = new
         self.write_pos = 0
         self.read_file_num = new

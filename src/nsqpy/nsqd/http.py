@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import asyncio
 import gc
+import json
 import logging
 import re
 import socket
@@ -59,8 +60,10 @@ from ..pprof import Pprof
 from ..protocol.commands import decode_mpub
 from ..protocol.errors import ProtocolError
 from ..protocol.names import is_valid_topic_name
+from .channel import Channel
 from .diskqueue import DiskQueueError
 from .options import InvalidOptionError, OptionsError, config_value, set_config_value
+from .policy import CHANNEL_KEYS, TOPIC_KEYS, Policy, PolicyError, PolicyRejectedError
 from .stats import (
     BOOL_PARAMS,
     install_gc_tracker,
@@ -138,6 +141,11 @@ class HTTPServer:
         r("POST", "/channel/empty", self.channel_empty)
         r("POST", "/channel/pause", self.channel_pause)
         r("POST", "/channel/unpause", self.channel_pause)
+        # queue policies (an nsqpy addition)
+        r("GET", "/topic/config", self.topic_config)
+        r("POST", "/topic/config", self.topic_config)
+        r("GET", "/channel/config", self.channel_config)
+        r("POST", "/channel/config", self.channel_config)
         r("GET", "/config/:opt", self.config)
         r("PUT", "/config/:opt", self.config)
         self.pprof.install(self.router, "/debug/pprof/")
@@ -209,6 +217,8 @@ class HTTPServer:
         urgent = syncer.urgent_requests
         try:
             topic.put_bodies(bodies, defer)
+        except PolicyRejectedError as e:  # a bound set to reject (nothing was stored)
+            raise HTTPError(503, str(e)) from None
         except (TopicExitingError, DiskQueueError, OSError) as e:
             log.error("TOPIC(%s): failed to put message(s) - %s", topic.name, e)
             raise HTTPError(503, "EXITING") from None
@@ -367,6 +377,53 @@ class HTTPServer:
         else:
             channel.pause()
         return None
+
+    # --- queue policies (an nsqpy addition: see nsqpy.nsqd.policy) -----------------------------
+
+    async def topic_config(self, request: web.Request, params: Params) -> Any:
+        """GET: the topic's effective settings; POST: set the keys the JSON body names."""
+        name = get_param(req_params(request), "topic")
+        if name is None:
+            raise HTTPError(400, "MISSING_ARG_TOPIC")
+        topic = self.nsqd.get_existing_topic(name)
+        if topic is None:
+            raise HTTPError(400, f"unknown topic {go_quote(name)}")
+        return await self._config(request, topic, TOPIC_KEYS, name)
+
+    async def channel_config(self, request: web.Request, params: Params) -> Any:
+        topic_name, name = topic_channel_args(req_params(request))
+        topic = self.nsqd.get_existing_topic(topic_name)
+        if topic is None:
+            raise HTTPError(400, f"unknown topic {go_quote(topic_name)}")
+        channel = topic.channels.get(name)
+        if channel is None:
+            raise HTTPError(400, f"unknown channel {go_quote(topic_name + ':' + name)}")
+        return await self._config(request, channel, CHANNEL_KEYS, topic_name)
+
+    async def _config(
+        self, request: web.Request, queue: Topic | Channel, keys: tuple[str, ...], topic: str
+    ) -> Any:
+        current = queue.policy or Policy()
+        if request.method != "POST":
+            return current.to_json(keys)
+        limit = 65536
+        body = await read_max(request, limit + 1)
+        if len(body) > limit:
+            raise HTTPError(400, f"the body is over {limit} bytes")
+        try:
+            doc = json.loads(body or b"null")
+        except (ValueError, RecursionError) as e:
+            raise HTTPError(400, f"the body is not JSON - {e}") from None
+        try:
+            new = current.updated(doc, keys, topic)
+        except PolicyError as e:
+            raise HTTPError(400, str(e)) from None
+        queue.set_policy(None if new.empty else new)
+        try:
+            await self.nsqd.save_metadata()  # the OK means it survives a crash
+        except OSError as e:
+            raise HTTPError(500, f"failed to persist metadata - {e}") from None
+        return new.to_json(keys)
 
     # --- stats and config ----------------------------------------------------------------------
 

@@ -35,6 +35,7 @@ from .guid import GUIDFactory
 from .lookup import LookupPeers, register, unregister
 from .metadata import DataPathLock, encode_metadata, metadata_path, read_metadata
 from .options import Options
+from .policy import CHANNEL_KEYS, TOPIC_KEYS, Policy, PolicyError
 from .stats import install_gc_tracker
 from .syncer import Syncer
 
@@ -176,6 +177,9 @@ class NSQD:
         self._loading = False
         self._metadata_pending = False
         self._metadata_task: asyncio.Task[None] | None = None
+        #: changes to nsqd.dat asked for / written so far, and who waits for theirs
+        self._metadata_gen = 0
+        self._metadata_waiters: list[tuple[int, asyncio.Future[None]]] = []
         #: Go's SetHealth: the last disk write error, None while writes succeed
         self._health_error: str | None = None
         #: what a clean shutdown could not write to disk (the daemon then exits non-zero)
@@ -584,6 +588,7 @@ class NSQD:
                 topic = self.get_topic(name)
                 if t.get("paused"):
                     topic.paused = True
+                self._load_policy(topic, t, TOPIC_KEYS, name)
                 for c in t.get("channels") or []:
                     cname = c.get("name", "")
                     if not is_valid_topic_name(cname):
@@ -592,20 +597,41 @@ class NSQD:
                     ch = topic.get_channel(cname)
                     if c.get("paused"):
                         ch.paused = True
+                    self._load_policy(ch, c, CHANNEL_KEYS, name)
         finally:
             self._loading = False
         for topic in self.topics.values():
             topic.flow()
 
+    @staticmethod
+    def _load_policy(queue: Any, doc: dict[str, Any], keys: tuple[str, ...], topic: str) -> None:
+        try:
+            policy = Policy.from_metadata(doc.get("config"), keys, topic)
+        except PolicyError as e:
+            log.error("ignoring the settings of %s in nsqd.dat - %s", getattr(queue, "name", "?"), e)
+            return
+        if policy is not None:
+            queue.set_policy(policy)
+
     def metadata(self) -> list[dict[str, Any]]:
+        """nsqd.dat's topics: Go's keys, and a queue's settings under ``config`` (an nsqpy
+        addition the Go nsqd ignores)."""
         topics = []
         for topic in self.topics.values():
             if topic.ephemeral:
                 continue
-            chans = [
-                {"name": ch.name, "paused": ch.paused} for ch in topic.channels.values() if not ch.ephemeral
-            ]
-            topics.append({"name": topic.name, "paused": topic.paused, "channels": chans})
+            chans = []
+            for ch in topic.channels.values():
+                if ch.ephemeral:
+                    continue
+                c: dict[str, Any] = {"name": ch.name, "paused": ch.paused}
+                if ch.policy is not None:
+                    c["config"] = ch.policy.to_metadata(CHANNEL_KEYS)
+                chans.append(c)
+            t: dict[str, Any] = {"name": topic.name, "paused": topic.paused, "channels": chans}
+            if topic.policy is not None:
+                t["config"] = topic.policy.to_metadata(TOPIC_KEYS)
+            topics.append(t)
         return topics
 
     def persist_metadata(self) -> None:
@@ -642,19 +668,46 @@ class NSQD:
         if self._loading or self.exiting or self._loop is None:
             return
         self._metadata_pending = True
+        self._metadata_gen += 1
         if self._metadata_task is None or self._metadata_task.done():
             self._metadata_task = self._loop.create_task(self._persist_metadata_soon())
+
+    async def save_metadata(self) -> None:
+        """Persist nsqd.dat now (coalesced with other changes) and return once the file on
+        disk has it. Raises the OSError of a failed write (the writer keeps trying)."""
+        if self._loop is None or self.exiting:
+            return
+        self.on_metadata_changed()
+        fut: asyncio.Future[None] = self._loop.create_future()
+        self._metadata_waiters.append((self._metadata_gen, fut))
+        await fut
+
+    def _metadata_written(self, gen: int, err: OSError | None) -> None:
+        still = []
+        for want, fut in self._metadata_waiters:
+            if fut.done():
+                continue
+            if err is not None:
+                fut.set_exception(err)
+            elif want <= gen:
+                fut.set_result(None)
+            else:
+                still.append((want, fut))
+        self._metadata_waiters = still
 
     async def _persist_metadata_soon(self) -> None:
         loop = self.loop
         while self._metadata_pending:
             self._metadata_pending = False
+            gen = self._metadata_gen
             data = encode_metadata(self.metadata())
             try:
                 await loop.run_in_executor(None, write_file_atomic, metadata_path(self.data_path), data)
+                self._metadata_written(gen, None)
                 if self._health_error is not None:
                     self.set_health(None)
             except OSError as e:
+                self._metadata_written(gen, e)
                 # a topic or channel missing from nsqd.dat would not be recreated after a
                 # restart (its queue files orphaned): keep trying until it is written
                 log.error("failed to persist metadata - %s", e)

@@ -37,6 +37,7 @@ from .client_v2 import (
     parse_base10,
 )
 from .diskqueue import DiskQueueError
+from .policy import PolicyRejectedError
 from .topic import TopicExitingError
 
 if TYPE_CHECKING:
@@ -602,7 +603,7 @@ class ProtocolV2(ClientV2):
                 raise TopicExitingError()
             topic = nsqd.get_topic(topic_name)
             topic.put_bodies(bodies, defer)
-        except (TopicExitingError, DiskQueueError, OSError) as e:
+        except (TopicExitingError, DiskQueueError, OSError, PolicyRejectedError) as e:
             raise fatal(code, f"{cmd} failed {e}") from None
         pc = self.pub_counts
         pc[topic_name] = pc.get(topic_name, 0) + len(bodies)

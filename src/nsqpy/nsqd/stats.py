@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING, Any
 
 from .. import NSQ_VERSION
 from ..goflags import format_duration_ns
+from .policy import CHANNEL_KEYS, TOPIC_KEYS, Policy
 from .quantile import NO_RESULT
 
 if TYPE_CHECKING:
@@ -164,7 +165,7 @@ def channel_stats(
     now_ns: int | None = None,
 ) -> dict[str, Any]:
     clients = channel.clients
-    return {
+    out = {
         "channel_name": channel.name,
         "depth": channel.depth,
         "backend_depth": channel.backend_depth,
@@ -180,10 +181,21 @@ def channel_stats(
         "paused": channel.paused,
         "e2e_processing_latency": e2e_result(channel.e2e, now_ns),
     }
+    if (
+        channel.policy is not None
+        or channel.expired_count
+        or channel.dropped_count
+        or channel.dead_letter_count
+    ):
+        out["config"] = (channel.policy or Policy()).to_json(CHANNEL_KEYS)
+        out["expired_count"] = channel.expired_count
+        out["dropped_count"] = channel.dropped_count
+        out["dead_letter_count"] = channel.dead_letter_count
+    return out
 
 
 def topic_stats(topic: Topic, channels: list[dict[str, Any]], now_ns: int | None = None) -> dict[str, Any]:
-    return {
+    out = {
         "topic_name": topic.name,
         "channels": channels,
         "depth": topic.depth,
@@ -195,6 +207,12 @@ def topic_stats(topic: Topic, channels: list[dict[str, Any]], now_ns: int | None
         # without any it is nil
         "e2e_processing_latency": topic.e2e_processing_latency(time.time_ns() if now_ns is None else now_ns),
     }
+    # a queue's settings and what they did (an nsqpy addition), only where it has any
+    if topic.policy is not None or topic.expired_count or topic.dropped_count:
+        out["config"] = (topic.policy or Policy()).to_json(TOPIC_KEYS)
+        out["expired_count"] = topic.expired_count
+        out["dropped_count"] = topic.dropped_count
+    return out
 
 
 def get_stats(
@@ -274,6 +292,15 @@ def _client_line(s: dict[str, Any], now: float) -> str:
     )
 
 
+def _policy_line(s: dict[str, Any]) -> str:
+    """A queue's settings and counters (an nsqpy addition to Go's report)."""
+    settings = " ".join(f"{k}={v}" for k, v in s["config"].items() if v is not None)
+    counts = f"expired: {s['expired_count']} dropped: {s['dropped_count']}"
+    if "dead_letter_count" in s:
+        counts += f" dead-letters: {s['dead_letter_count']}"
+    return f"policy: {settings or '-'} {counts}"
+
+
 def stats_text(
     nsqd: NSQD,
     topic: str = "",
@@ -306,6 +333,8 @@ def stats_text(
             f"be-depth: {t['backend_depth']:<5d} msgs: {t['message_count']:<8d} "
             f"e2e%: {_e2e_text(t['e2e_processing_latency'])}\n"
         )
+        if "config" in t:
+            w.append(f"      {_policy_line(t)}\n")
         for c in t["channels"]:
             prefix = "   *P " if c["paused"] else "      "
             w.append(
@@ -315,6 +344,8 @@ def stats_text(
                 f"timeout: {c['timeout_count']:<5d} msgs: {c['message_count']:<8d} "
                 f"e2e%: {_e2e_text(c['e2e_processing_latency'])}\n"
             )
+            if "config" in c:
+                w.append(f"         {_policy_line(c)}\n")
             for cl in c["clients"] or ():
                 w.append(f"        {_client_line(cl, now)}\n")
     if not producers:

@@ -102,6 +102,22 @@ class _Last:
     message_bytes: int = 0
     #: channel name -> (message_count, requeue_count, timeout_count)
     channels: dict[str, tuple[int, int, int]] = field(default_factory=dict)
+    #: queue policies' counters ("" for the topic, else the channel's name)
+    policy: dict[str, tuple[int, int, int]] = field(default_factory=dict)
+
+
+_POLICY_COUNTERS = ("expired_count", "dropped_count", "dead_letter_count")
+
+
+def _policy_counts(s: dict[str, Any]) -> tuple[int, int, int]:
+    return (s["expired_count"], s["dropped_count"], s.get("dead_letter_count", 0))
+
+
+def _add_policy(add: Any, p: str, s: dict[str, Any], last: tuple[int, int, int]) -> None:
+    """A queue's policy counters (only where /stats has them: an nsqpy addition)."""
+    for key, value, before in zip(_POLICY_COUNTERS, _policy_counts(s), last, strict=True):
+        if key in s:
+            add(f"{p}{key}:{value - before}|c\n")
 
 
 def statsd_lines(
@@ -126,6 +142,11 @@ def statsd_lines(
                 c["channel_name"]: (c["message_count"], c["requeue_count"], c["timeout_count"])
                 for c in t["channels"]
             },
+            {
+                ("" if s is t else s["channel_name"]): _policy_counts(s)
+                for s in (t, *t["channels"])
+                if "expired_count" in s
+            },
         )
         now[name] = seen  # Go remembers every topic, excluded or not
         if exclude_ephemeral and is_ephemeral(name):
@@ -136,6 +157,8 @@ def statsd_lines(
         add(f"{tp}message_bytes:{t['message_bytes'] - lt.message_bytes}|c\n")
         add(f"{tp}depth:{t['depth']}|g\n")
         add(f"{tp}backend_depth:{t['backend_depth']}|g\n")
+        if "expired_count" in t:
+            _add_policy(add, tp, t, lt.policy.get("", (0, 0, 0)))
         for item in t["e2e_processing_latency"]["percentiles"] or ():
             add(f"{tp}{_e2e_key(item['quantile'])}:{int(item['value'])}|g\n")
         for c in t["channels"]:
@@ -152,6 +175,8 @@ def statsd_lines(
             add(f"{cp}requeue_count:{c['requeue_count'] - lrq}|c\n")
             add(f"{cp}timeout_count:{c['timeout_count'] - lto}|c\n")
             add(f"{cp}clients:{c['client_count']}|g\n")
+            if "expired_count" in c:
+                _add_policy(add, cp, c, lt.policy.get(cname, (0, 0, 0)))
             for item in c["e2e_processing_latency"]["percentiles"] or ():
                 add(f"{cp}{_e2e_key(item['quantile'])}:{int(item['value'])}|g\n")
     if mem is not None:

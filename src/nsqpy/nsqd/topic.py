@@ -22,11 +22,12 @@ from typing import TYPE_CHECKING, Any
 
 from ..protocol.names import is_ephemeral
 from .backend import BackendQueue, Queued
-from .channel import Channel, decode_records, defer_of, encode_messages
+from .channel import Channel, body_bytes, decode_records, defer_of, encode_messages
 from .diskqueue import DiskQueue, DiskQueueError, DiskQueueWriteError
 from .guid import TWEPOCH
 from .journal import Ledger
 from .message import Message, copy_messages, new_messages
+from .policy import Policy, PolicyRejectedError
 from .quantile import aggregate_result
 
 if TYPE_CHECKING:
@@ -50,18 +51,24 @@ class Topic(Queued):
     __slots__ = (
         "_drain_at",
         "_drain_done",
+        "_drain_keep",
         "_draining",
         "_on_started",
         "backend",
         "channels",
+        "dropped_count",
         "dues",
         "ephemeral",
         "exiting",
+        "expired_count",
+        "guarded",
         "message_bytes",
         "message_count",
         "name",
         "nsqd",
         "paused",
+        "policy",
+        "qbytes",
         "queue",
         "starting",
     )
@@ -87,10 +94,20 @@ class Topic(Queued):
         #: each channel (by name) already took
         self._drain_at: tuple[int, int] | None = None
         self._drain_done: dict[str, int] = {}
+        #: which of that chunk's messages are young enough for max_age (by index)
+        self._drain_keep: set[int] | None = None
         #: channels known to nsqlookupd are being created: hold messages until then
         self.starting = False
         #: called once it has started (publishes are answered only then, as Go's GetTopic)
         self._on_started: list[Callable[[], None]] = []
+        #: the topic's settings (max_age, bounds), None without
+        self.policy: Policy | None = None
+        #: bytes of the bodies in ``queue``, counted while a max_bytes bound needs them
+        self.qbytes: int | None = None
+        #: the topic or one of its channels has a bound that refuses publishes
+        self.guarded = False
+        self.expired_count = 0
+        self.dropped_count = 0
 
     # --- publishing -------------------------------------------------------------------------
 
@@ -106,29 +123,117 @@ class Topic(Queued):
         n = len(bodies)
         if not n:
             return
+        nbytes = sum(map(len, bodies))
+        if self.guarded:
+            self._admit(n, nbytes)
         nsqd = self.nsqd
         guid = nsqd.guid
         ts, seq = guid.reserve(n)
         msgs = new_messages(bodies, ts, seq, guid.node, TWEPOCH, nsqd.now_ns(), defer)
-        self.message_bytes += sum(map(len, bodies))
+        self.message_bytes += nbytes
         if self.paused or self.starting or not self.channels:
             self._hold(msgs)
         else:
             self._distribute(msgs)
         self.message_count += n
 
+    def _admit(self, n: int, nbytes: int) -> None:
+        """A publish of ``n`` messages (``nbytes`` of bodies) that would take the topic (while
+        it holds them) or one of its channels past a bound set to reject is refused whole:
+        raises :class:`PolicyRejectedError` naming the queue and the bound."""
+        p = self.policy
+        if p is not None and p.rejects and (self.paused or self.starting or not self.channels):
+            depth, held = self.depth + n, self.depth_bytes + nbytes
+            if p.over(depth, held):
+                raise PolicyRejectedError(f"topic {self.name} is full ({p.bound_text(depth, held)})")
+        for ch in self.channels.values():
+            cp = ch.policy
+            if cp is not None and cp.rejects:
+                depth, held = ch.depth + n, ch.depth_bytes + nbytes
+                if cp.over(depth, held):
+                    raise PolicyRejectedError(
+                        f"channel {self.name}:{ch.name} is full ({cp.bound_text(depth, held)})"
+                    )
+
+    @property
+    def depth_bytes(self) -> int:
+        """Bytes of the bodies the topic holds (the memory part counted only while a
+        max_bytes bound needs it)."""
+        return (self.qbytes or 0) + self.backend.held_bytes
+
+    def set_policy(self, policy: Policy | None) -> None:
+        """New settings (None: none); a drop_oldest bound applies at once."""
+        self.policy = policy
+        tracked = policy is not None and policy.max_bytes is not None
+        if tracked and self.qbytes is None:
+            self.qbytes = body_bytes(self.queue)
+        elif not tracked:
+            self.qbytes = None
+        self.policies_changed()
+        self._bound()
+
+    def policies_changed(self) -> None:
+        """The topic's or a channel's settings changed (or a channel came or went)."""
+        self.guarded = (self.policy is not None and self.policy.rejects) or any(
+            ch.policy is not None and ch.policy.rejects for ch in self.channels.values()
+        )
+
+    def _bound(self) -> None:
+        """drop_oldest: the oldest messages the topic holds go, counted, until it is within
+        its bounds."""
+        p = self.policy
+        if p is None or not p.drops_oldest or not p.over(self.depth, self.depth_bytes):
+            return
+        q = self.queue
+        dropped = 0
+        while q and p.over(self.depth, self.depth_bytes):
+            m = q.popleft()
+            if self.qbytes is not None:
+                self.qbytes -= len(m.body)
+            dropped += 1
+        b = self.backend
+        while b.depth and p.over(self.depth, self.depth_bytes):
+            k = 1
+            if p.max_depth is not None and self.depth > p.max_depth:
+                k = self.depth - p.max_depth
+            positions: list[int] = []
+            got = len(b.read(k, positions))
+            if not got:
+                break
+            if self.dues is not None:
+                self.dues.forget(positions)
+            dropped += got
+        self.dropped_count += dropped
+
+    def _expired(self, msgs: list[Message]) -> list[Message]:
+        """The messages young enough for the topic's max_age (the others counted)."""
+        p = self.policy
+        if p is None or p.max_age_ns is None:
+            return msgs
+        cutoff = time.time_ns() - p.max_age_ns
+        keep = [m for m in msgs if m.timestamp >= cutoff]
+        self.expired_count += len(msgs) - len(keep)
+        return keep
+
     def _hold(self, msgs: list[Message]) -> None:
         free = self.nsqd.options.mem_queue_size - len(self.queue)
         if free >= len(msgs):
-            self.queue.extend(msgs)
-            return
-        keep = max(free, 0)
-        try:
-            if self.backend.durable:  # else ephemeral: NSQ drops the overflow
-                self._write(msgs[keep:])
-        finally:
-            if keep:  # kept even when the overflow failed: the publisher is told anyway
-                self.queue.extend(msgs[:keep])
+            self._queue(msgs)
+        else:
+            keep = max(free, 0)
+            try:
+                if self.backend.durable:  # else ephemeral: NSQ drops the overflow
+                    self._write(msgs[keep:])
+            finally:
+                if keep:  # kept even when the overflow failed: the publisher is told anyway
+                    self._queue(msgs[:keep])
+        if self.policy is not None:
+            self._bound()
+
+    def _queue(self, msgs: list[Message]) -> None:
+        self.queue.extend(msgs)
+        if self.qbytes is not None:
+            self.qbytes += body_bytes(msgs)
 
     def _write(self, msgs: list[Message]) -> None:
         """Messages to the DiskQueue, a deferred one's due time to the journal (first: a
@@ -195,6 +300,10 @@ class Topic(Queued):
         if self.queue:
             msgs = list(self.queue)
             self.queue.clear()
+            if self.qbytes is not None:
+                self.qbytes = 0
+            if self.policy is not None:
+                msgs = self._expired(msgs)
             self._flow_held(msgs)
         if self.backend.depth and not self._draining:
             self._draining = True
@@ -244,6 +353,7 @@ class Topic(Queued):
             return
         self._drain_at = None
         self._drain_done = {}
+        self._drain_keep = None
         if b.depth:
             self._draining = True
             self.nsqd.loop.call_soon(self._drain_backend)
@@ -254,6 +364,7 @@ class Topic(Queued):
         if self._drain_at != at:
             self._drain_at = at
             self._drain_done = {}
+            self._drain_keep = None
         done = self._drain_done
         dues = self.dues
         delays = None
@@ -263,6 +374,7 @@ class Topic(Queued):
         only = chans[0] if len(chans) == 1 else None
         if (
             delays is None
+            and (self.policy is None or self.policy.max_age_ns is None)
             and only is not None
             and only.backend.durable
             and len(only.queue) >= self.nsqd.options.mem_queue_size
@@ -282,6 +394,14 @@ class Topic(Queued):
             elif delays is not None:
                 for m, d in zip(msgs, delays, strict=True):
                     m.defer = d
+            age = self.policy.max_age_ns if self.policy is not None else None
+            if age is not None:
+                keep = self._drain_keep
+                if keep is None:  # decided once per chunk: a retry skips the same ones
+                    cutoff = time.time_ns() - age
+                    keep = self._drain_keep = {i for i, m in enumerate(msgs) if m.timestamp >= cutoff}
+                    self.expired_count += len(msgs) - len(keep)
+                msgs = [m for i, m in enumerate(msgs) if i in keep]
             self._distribute(msgs, done)
         if dues is not None and positions is not None:
             dues.forget(positions)  # every channel has them now
@@ -307,6 +427,8 @@ class Topic(Queued):
             return False
         log.info("TOPIC(%s): deleting channel %s", self.name, name)
         ch.close()
+        if ch.policy is not None:
+            self.policies_changed()
         self.nsqd.on_channel_deleted(self, ch)
         if self.ephemeral and not self.channels and not self.exiting:
             self.nsqd.delete_topic(self.name)
@@ -334,6 +456,8 @@ class Topic(Queued):
 
     def empty(self) -> None:
         self.queue.clear()
+        if self.qbytes is not None:
+            self.qbytes = 0
         self.backend.empty()
         if self.dues is not None:
             self.dues.delete()
