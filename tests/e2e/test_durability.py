@@ -280,3 +280,29 @@ async def test_dpub_held_by_a_topic_keeps_its_due_time_across_kill_9(tmp_path):
         m = await c.read_message(timeout=10)
         assert m.body == b"later" and time.monotonic() - sent_at >= 2.9
         await c.close()
+
+
+async def test_queue_settings_survive_kill_9(tmp_path):
+    """A queue setting nsqd answered is on disk (nsqd.dat): a kill -9 right after keeps it,
+    and in the crash-safe mode a bound still holds what it bounded."""
+    with NsqdProcess(tmp_path, *STRICT) as p:
+        p.start()
+        assert p.http_post("/topic/create?topic=t")[0] == 200
+        assert p.http_post("/channel/create?topic=t&channel=c")[0] == 200
+        settings = json.dumps({"max_depth": 3, "max_attempts": 2, "dead_letter_topic": "t.dlq"}).encode()
+        status, _ = p.http_post("/channel/config?topic=t&channel=c", settings)
+        assert status == 200
+        await publish(p.tcp_port, "t", [b"1", b"2", b"3"])
+        p.kill()
+    with NsqdProcess(tmp_path, *STRICT) as p:
+        p.start()
+        status, body = p.http_get("/channel/config?topic=t&channel=c")
+        doc = json.loads(body)
+        assert (status, doc["max_depth"], doc["max_attempts"], doc["dead_letter_topic"]) == (
+            200,
+            3,
+            2,
+            "t.dlq",
+        )
+        status, body = p.http_post("/pub?topic=t", b"4")
+        assert status == 503 and b"channel t:c is full (max_depth 3)" in body

@@ -603,7 +603,11 @@ class ProtocolV2(ClientV2):
                 raise TopicExitingError()
             topic = nsqd.get_topic(topic_name)
             topic.put_bodies(bodies, defer)
-        except (TopicExitingError, DiskQueueError, OSError, PolicyRejectedError) as e:
+        except PolicyRejectedError as e:
+            # a full queue is back pressure, not a broken connection: the publisher is told
+            # and may try again on the same connection (nothing of the publish was stored)
+            raise ProtocolError(code, f"{cmd} failed {e}", fatal=False) from None
+        except (TopicExitingError, DiskQueueError, OSError) as e:
             raise fatal(code, f"{cmd} failed {e}") from None
         pc = self.pub_counts
         pc[topic_name] = pc.get(topic_name, 0) + len(bodies)
