@@ -449,6 +449,41 @@ class ClusterInfo:
 
         return await self._run(steps)
 
+    async def queue_config(
+        self,
+        topic: str,
+        channel: str,
+        lookupd_http_addrs: list[str],
+        nsqd_http_addrs: list[str],
+        settings: dict[str, Any] | None = None,
+    ) -> tuple[list[dict[str, Any]], BaseException | None]:
+        """A topic's or channel's settings (nsqd's ``/topic/config``, ``/channel/config``:
+        an nsqpy addition) on every nsqd that has the topic, set first when ``settings`` is
+        given: one entry per node, ``{"node", "hostname", "config"}`` or ``{"node",
+        "hostname", "error"}``, and a lookup's partial error."""
+        producers, err = await self.get_topic_producers(topic, lookupd_http_addrs, nsqd_http_addrs)
+        if err is not None and not is_partial(err):
+            return [], err
+        if channel:
+            uri, qs = "channel/config", f"topic={_q(topic)}&channel={_q(channel)}"
+        else:
+            uri, qs = "topic/config", f"topic={_q(topic)}"
+        out: list[dict[str, Any]] = []
+        for p in producers or ():
+            node = p.http_address()
+            endpoint = f"http://{node}/{uri}?{qs}"
+            entry: dict[str, Any] = {"node": node, "hostname": p.hostname}
+            try:
+                if settings is None:
+                    entry["config"] = await self.client.get_v1(endpoint)
+                else:
+                    self.logf("CI: querying nsqd %s", endpoint)
+                    entry["config"] = await self.client.post_v1_json(endpoint, settings)
+            except HTTPClientError as e:
+                entry["error"] = e.message or str(e)
+            out.append(entry)
+        return out, err
+
     async def topic_action(
         self, action: str, topic: str, lookupd_http_addrs: list[str], nsqd_http_addrs: list[str]
     ) -> BaseException | None:

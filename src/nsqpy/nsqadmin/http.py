@@ -318,6 +318,10 @@ class HTTPServer:
         r("DELETE", "/api/nodes/:node", self.tombstone_node_for_topic)
         r("DELETE", "/api/topics/:topic", self.delete_topic)
         r("DELETE", "/api/topics/:topic/:channel", self.delete_channel)
+        r("GET", "/api/config/topics/:topic", self.queue_config)
+        r("GET", "/api/config/topics/:topic/:channel", self.queue_config)
+        r("POST", "/api/config/topics/:topic", self.queue_config)
+        r("POST", "/api/config/topics/:topic/:channel", self.queue_config)
         r("GET", "/api/counter", self.counter)
         r("GET", "/api/graphite", self.graphite)
         r("GET", "/config/:opt", self.config)
@@ -710,6 +714,37 @@ class HTTPServer:
             self._notify(f"{action}_topic", topic, "", "", request)
         self._check(err, f"failed to {action} topic/channel", messages)
         return {"message": maybe_warn_msg(messages)}
+
+    # --- nsqpy: queue policies ------------------------------------------------------------------
+
+    async def queue_config(self, request: web.Request, params: Params) -> Any:
+        """GET: a topic's or channel's settings on every nsqd that has the topic; POST
+        (admins): set the keys the JSON body names on each of them. ``{"nodes": [{"node",
+        "hostname", "config" | "error"}], "message"}`` (the message warns of the nodes that
+        failed)."""
+        topic, channel = params["topic"], params.get("channel", "")
+        settings = None
+        if request.method == "POST":
+            self._require_admin(request)
+            body = await read_max(request, 65537)
+            try:
+                settings = json.loads(body or b"null")
+            except (ValueError, UnicodeDecodeError):
+                raise HTTPError(400, "INVALID_BODY") from None
+            if not isinstance(settings, dict):
+                raise HTTPError(400, "INVALID_BODY")
+        lookupds, nsqds = self._addrs()
+        nodes, err = await self.ci.queue_config(topic, channel, lookupds, nsqds, settings)
+        messages: list[str] = []
+        self._check(err, "failed to get topic producers", messages)
+        failed = [f"{n['node']}: {n['error']}" for n in nodes if "error" in n]
+        if failed:
+            messages.append("failed on " + "; ".join(failed))
+        if settings is not None:
+            what = f"{topic}/{channel}" if channel else topic
+            self._notify("config_channel" if channel else "config_topic", topic, channel, "", request)
+            log.info("set queue settings of %s: %s", what, json.dumps(settings))
+        return {"nodes": nodes, "message": maybe_warn_msg(messages)}
 
     # --- /config ---------------------------------------------------------------------------------
 

@@ -30,7 +30,12 @@ ACCEPT_V1 = "application/vnd.nsq; version=1.0"
 
 
 class HTTPClientError(Exception):
-    """A failed request; ``str()`` is what Go's client error would print."""
+    """A failed request; ``str()`` is what Go's client error would print. ``message`` is the
+    ``{"message": ...}`` of an error answer, when it had one."""
+
+    def __init__(self, text: str, message: str = "") -> None:
+        super().__init__(text)
+        self.message = message
 
 
 def go_json_error(data: bytes | str, exc: json.JSONDecodeError | None = None) -> str:
@@ -171,7 +176,7 @@ class Client:
             if status == 403 and not endpoint.startswith("https"):
                 endpoint = _https_endpoint(endpoint, data)
                 continue
-            raise HTTPClientError(f"got response {status_line} {go_quote(_text(data))}")
+            raise HTTPClientError(f"got response {status_line} {go_quote(_text(data))}", _message(data))
 
     async def get_v1(self, endpoint: str) -> Any:
         """Go's ``GETV1``: the decoded JSON body of a 200 answer."""
@@ -186,6 +191,24 @@ class Client:
     async def post_v1(self, endpoint: str, payload: Any = None) -> None:
         """Go's ``POSTV1`` with no response value."""
         await self._v1("POST", endpoint, payload)
+
+    async def post_v1_json(self, endpoint: str, payload: Any) -> Any:
+        """POST ``payload`` as JSON; the decoded JSON answer."""
+        data = await self._v1("POST", endpoint, payload)
+        try:
+            return json.loads(data)
+        except (json.JSONDecodeError, UnicodeDecodeError):
+            raise HTTPClientError("invalid JSON in the answer") from None
+
+
+def _message(data: bytes) -> str:
+    """The ``message`` of an error answer's JSON body, else ""."""
+    try:
+        doc = json.loads(data)
+    except (ValueError, UnicodeDecodeError):
+        return ""
+    msg = doc.get("message") if isinstance(doc, dict) else None
+    return msg if isinstance(msg, str) else ""
 
 
 def _text(data: bytes) -> str:

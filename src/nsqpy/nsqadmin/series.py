@@ -78,7 +78,11 @@ GAUGES: Final = (
 COUNTERS: Final = ("message_count", "requeue_count", "timeout_count")
 RATES: Final = ("message_rate", "requeue_rate", "timeout_rate")
 METRICS: Final = GAUGES + COUNTERS + RATES
-_INT_METRICS: Final = frozenset(GAUGES + COUNTERS)
+#: queue policies' counters and their rates (an nsqpy addition to nsqd's /stats): a series
+#: has them once one of its nodes reports them
+POLICY_COUNTERS: Final = ("expired_count", "dropped_count", "dead_letter_count")
+POLICY_RATES: Final = ("expired_rate", "dropped_rate", "dead_letter_rate")
+_INT_METRICS: Final = frozenset(GAUGES + COUNTERS + POLICY_COUNTERS)
 
 NAN = math.nan
 
@@ -98,12 +102,36 @@ class Series:
 class _Row:
     """One sample's figures for one series, summed over nodes."""
 
-    __slots__ = ("rated", "rates", "values")
+    __slots__ = ("policy_rated", "policy_rates", "policy_values", "rated", "rates", "values")
 
     def __init__(self) -> None:
         self.values = dict.fromkeys(GAUGES + COUNTERS, 0)
         self.rates = dict.fromkeys(RATES, 0.0)
         self.rated = False
+        #: the policy counters (None: no node reported them) and their rates
+        self.policy_values: dict[str, int] | None = None
+        self.policy_rates = dict.fromkeys(POLICY_RATES, 0.0)
+        self.policy_rated = False
+
+    def add_policy(
+        self, store: SeriesStore, key: tuple[str, str, str], now: float, policy: dict[str, Any]
+    ) -> None:
+        """A node's policy counts (and their rates since its last answer) into the row."""
+        expired, dropped, dead = (int(policy.get(k, 0)) for k in POLICY_COUNTERS)
+        counts = (expired, dropped, dead)
+        values = self.policy_values
+        if values is None:
+            values = self.policy_values = dict.fromkeys(POLICY_COUNTERS, 0)
+        for k, v in zip(POLICY_COUNTERS, counts, strict=True):
+            values[k] += v
+        prev = store._prev.get(key)
+        store._prev[key] = (now, *counts)
+        if prev is None or now <= prev[0]:
+            return
+        dt = now - prev[0]
+        self.policy_rated = True
+        for name, cur, old in zip(POLICY_RATES, counts, prev[1:], strict=True):
+            self.policy_rates[name] += (cur - old if cur >= old else cur) / dt
 
 
 class SeriesStore:
@@ -173,7 +201,11 @@ class SeriesStore:
                     now,
                     (c.message_count, c.requeue_count, c.timeout_count),
                 )
+                if c.policy is not None:
+                    crow.add_policy(self, (t.node, t.topic_name, c.channel_name + "\0policy"), now, c.policy)
             self._rate(trow, (t.node, t.topic_name, ""), now, (t.message_count, t_req, t_to))
+            if t.policy is not None:
+                trow.add_policy(self, (t.node, t.topic_name, "\0policy"), now, t.policy)
 
         n = self.count
         slot = n % self.capacity
@@ -198,6 +230,18 @@ class SeriesStore:
                 rings[name][slot] = value
             for name, rate in row.rates.items():
                 rings[name][slot] = rate if row.rated else NAN
+            if row.policy_values is not None:
+                if POLICY_COUNTERS[0] not in rings:
+                    blank = array("d", [NAN]) * self.capacity
+                    for name in POLICY_COUNTERS + POLICY_RATES:
+                        rings[name] = array("d", blank)
+                for name, value in row.policy_values.items():
+                    rings[name][slot] = value
+                for name, rate in row.policy_rates.items():
+                    rings[name][slot] = rate if row.policy_rated else NAN
+            elif POLICY_COUNTERS[0] in rings:
+                for name in POLICY_COUNTERS + POLICY_RATES:
+                    rings[name][slot] = NAN
         for key in [k for k in store if k not in rows]:
             series = store[key]
             if n - series.last_seen >= self.capacity:
@@ -225,7 +269,8 @@ class SeriesStore:
     def series_json(self, series: Series | None, numbers: list[int]) -> dict[str, list[Any]]:
         out: dict[str, list[Any]] = {}
         cap = self.capacity
-        for name in METRICS:
+        names = METRICS if series is None else tuple(series.rings)
+        for name in names:
             if series is None:
                 out[name] = [None] * len(numbers)
                 continue

@@ -333,6 +333,32 @@ def _list(d: dict[str, Any], key: str) -> list[Any] | None:
     return v if isinstance(v, list) else None
 
 
+#: a queue's policy counters in nsqd's /stats (an nsqpy addition, where it has settings)
+POLICY_COUNTS = ("expired_count", "dropped_count", "dead_letter_count")
+
+
+def _policy(d: dict[str, Any]) -> dict[str, Any] | None:
+    """A node's queue settings and counts, None when its /stats has none (Go's nsqd)."""
+    if "expired_count" not in d:
+        return None
+    cfg = d.get("config")
+    out: dict[str, Any] = {"config": cfg if isinstance(cfg, dict) else None}
+    for key in POLICY_COUNTS:
+        out[key] = _int(d, key)
+    return out
+
+
+def _add_policy(total: dict[str, Any] | None, a: dict[str, Any] | None) -> dict[str, Any] | None:
+    """Sum ``a``'s counts into ``total`` (the settings are each node's own: not summed)."""
+    if a is None:
+        return total
+    if total is None:
+        total = {"config": None, **dict.fromkeys(POLICY_COUNTS, 0)}
+    for key in POLICY_COUNTS:
+        total[key] += a[key]
+    return total
+
+
 class ChannelStats:
     """Go's ``clusterinfo.ChannelStats``: one node's channel, or (``node == "*"``) the sum
     of several, with the per-node rows in ``nodes`` and every node's clients."""
@@ -352,6 +378,7 @@ class ChannelStats:
         "node",
         "node_stats",
         "paused",
+        "policy",
         "requeue_count",
         "timeout_count",
         "topic_name",
@@ -375,6 +402,8 @@ class ChannelStats:
         self.clients: list[ClientStats] | None = None
         self.paused = False
         self.e2e: E2eAggregate | None = None
+        #: settings and counts (an nsqpy addition), None without
+        self.policy: dict[str, Any] | None = None
 
     @classmethod
     def from_json(cls, d: dict[str, Any]) -> ChannelStats:
@@ -397,6 +426,7 @@ class ChannelStats:
             c.clients = [ClientStats.from_json(x) for x in clients if isinstance(x, dict)]
         c.paused = _bool(d, "paused")
         c.e2e = E2eAggregate.from_json(d.get("e2e_processing_latency"))
+        c.policy = _policy(d)
         return c
 
     def add(self, a: ChannelStats) -> None:
@@ -411,6 +441,7 @@ class ChannelStats:
         self.timeout_count += a.timeout_count
         self.message_count += a.message_count
         self.client_count += a.client_count
+        self.policy = _add_policy(self.policy, a.policy)
         if a.paused:
             self.paused = True
         self.node_stats = [*(self.node_stats or ()), a]
@@ -422,7 +453,7 @@ class ChannelStats:
         sort_by_hostname(self.clients)
 
     def to_json(self) -> dict[str, Any]:
-        return {
+        out = {
             "node": self.node,
             "hostname": self.hostname,
             "topic_name": self.topic_name,
@@ -441,6 +472,9 @@ class ChannelStats:
             "paused": self.paused,
             "e2e_processing_latency": _e2e_json(self.e2e),
         }
+        if self.policy is not None:
+            out["policy"] = self.policy
+        return out
 
 
 class TopicStats:
@@ -458,6 +492,7 @@ class TopicStats:
         "node",
         "node_stats",
         "paused",
+        "policy",
         "topic_name",
     )
 
@@ -473,6 +508,8 @@ class TopicStats:
         self.channels: list[ChannelStats] | None = None
         self.paused = False
         self.e2e: E2eAggregate | None = None
+        #: settings and counts (an nsqpy addition), None without
+        self.policy: dict[str, Any] | None = None
 
     @classmethod
     def from_json(cls, d: dict[str, Any]) -> TopicStats:
@@ -486,6 +523,7 @@ class TopicStats:
             t.channels = [ChannelStats.from_json(c) for c in channels if isinstance(c, dict)]
         t.paused = _bool(d, "paused")
         t.e2e = E2eAggregate.from_json(d.get("e2e_processing_latency"))
+        t.policy = _policy(d)
         return t
 
     def add(self, a: TopicStats) -> None:
@@ -495,6 +533,7 @@ class TopicStats:
         self.memory_depth += a.memory_depth
         self.backend_depth += a.backend_depth
         self.message_count += a.message_count
+        self.policy = _add_policy(self.policy, a.policy)
         if a.paused:
             self.paused = True
         for a_channel in a.channels or ():
@@ -512,7 +551,7 @@ class TopicStats:
         self.e2e.add(a.e2e)
 
     def to_json(self) -> dict[str, Any]:
-        return {
+        out = {
             "node": self.node,
             "hostname": self.hostname,
             "topic_name": self.topic_name,
@@ -525,3 +564,6 @@ class TopicStats:
             "paused": self.paused,
             "e2e_processing_latency": _e2e_json(self.e2e),
         }
+        if self.policy is not None:
+            out["policy"] = self.policy
+        return out

@@ -76,6 +76,10 @@ def https_context(opts: Options) -> ssl.SSLContext:
 _http_import_lock = threading.Lock()
 
 
+#: nsqpy.nsqd.http once an import of it has finished
+_http_module: Any = None
+
+
 def _import_http_module() -> Any:
     """Import ``nsqpy.nsqd.http`` (in a worker thread). Meanwhile the interpreter switches
     threads every 0.5 ms instead of 5, so the event loop waits at most that long for the
@@ -90,10 +94,12 @@ def _import_http_module() -> Any:
 
 
 async def _import_http(loop: asyncio.AbstractEventLoop) -> Any:
-    mod = sys.modules.get("nsqpy.nsqd.http")
-    if mod is not None:
-        return mod
-    return await loop.run_in_executor(None, _import_http_module)
+    global _http_module
+    # not sys.modules: it holds the module while another thread is still importing it
+    # (two nsqd in one process woken at once), and a half-run module has no start_http
+    if _http_module is None:
+        _http_module = await loop.run_in_executor(None, _import_http_module)
+    return _http_module
 
 
 class LazyHTTP:

@@ -7,14 +7,17 @@ import { config } from './config.js';
 export const METRICS = [
     'depth', 'memory_depth', 'backend_depth', 'in_flight_count', 'deferred_count', 'client_count',
     'message_count', 'requeue_count', 'timeout_count', 'message_rate', 'requeue_rate', 'timeout_rate',
+    // a queue's settings' counts (nsqpy): only in the series of queues that have them
+    'expired_count', 'dropped_count', 'dead_letter_count', 'expired_rate', 'dropped_rate', 'dead_letter_rate',
 ];
 
 /** The series of one answer, keyed: "topic:<name>", "channel:<name>", or "" (the subject). */
 function extract(resp) {
     const out = {};
+    const n = Array.isArray(resp.timestamps) ? resp.timestamps.length : 0;
     const pick = (obj) => {
         const m = {};
-        for (const k of METRICS) m[k] = Array.isArray(obj[k]) ? obj[k] : [];
+        for (const k of METRICS) m[k] = Array.isArray(obj[k]) ? obj[k] : nulls(n);
         return m;
     };
     if (resp.topics && typeof resp.topics === 'object') {

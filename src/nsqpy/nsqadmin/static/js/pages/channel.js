@@ -11,7 +11,8 @@ import {
     act, actionButton, breadcrumb, e2eCells, e2eCount, e2eHeads, graphRow, graphiteRateCell,
     label, memDisk, nodeLink, notice, num, pausedLabel, refreshEvery,
 } from '../widgets.js';
-import { liveCharts } from './live.js';
+import { policyCells, policyColumns, policyHeads, settingsSection } from '../settings.js';
+import { liveCharts, policyLines } from './live.js';
 
 /** Go's client host: hostname plus the remote port, and the client_id when it says more. */
 export function clientHost(c) {
@@ -73,6 +74,7 @@ export async function render(view, { topic, channel }) {
                 { name: 'messages', values: f.get('', 'message_rate') },
                 { name: 'requeued', values: f.get('', 'requeue_rate') },
                 { name: 'timed out', values: f.get('', 'timeout_rate') },
+                ...policyLines(f, ''),
             ],
             depths: (f) => [
                 { name: 'depth', values: f.get('', 'depth'), color: '#dc2626' },
@@ -83,7 +85,7 @@ export async function render(view, { topic, channel }) {
         });
         if (panel) el.append(panel);
     }
-    el.append(clientsSlot);
+    el.append(clientsSlot, settingsSection(view, { topic, channel }));
 
     const action = (verb, payload, opts = {}) => () => act(view, {
         verb,
@@ -125,6 +127,7 @@ export async function render(view, { topic, channel }) {
             const e2e = data.e2e_processing_latency;
             const nE2e = e2eCount(e2e);
             const showRate = graphs || live;
+            const pCols = policyColumns([data, ...nodes], { channel: true });
             totalRate = null;
             const rows = [];
             const graphCells = (node) => [null, ['channel', node, topic, channel, 'depth'], null,
@@ -134,7 +137,7 @@ export async function render(view, { topic, channel }) {
                 ['channel', node, topic, channel, 'timeout_count'],
                 ['channel', node, topic, channel, 'message_count'],
                 ...(showRate ? [null] : []),
-                ['channel', node, topic, channel, 'clients']];
+                ['channel', node, topic, channel, 'clients'], ...pCols.map(() => null)];
             const row = (n, total) => h('tr', { class: total ? 'total' : null, 'data-node': total ? '*' : n.node },
                 h('th', { scope: 'row' }, total ? 'Total:' : [nodeLink(n.node, n.hostname), n.paused ? [' ', pausedLabel()] : null]),
                 num(n.depth, 'depth'),
@@ -150,6 +153,7 @@ export async function render(view, { topic, channel }) {
                         ? (totalRate = h('td', { class: 'num rate-live', 'data-col': 'rate' }, '–'))
                         : h('td', { class: 'num muted', 'data-col': 'rate', title: 'per-node rates need Graphite' }, ''))) : null,
                 num(n.client_count, 'client_count'),
+                policyCells(pCols, n),
                 e2eCells(e2e, n.e2e_processing_latency));
             for (const n of nodes) {
                 rows.push(row(n, false));
@@ -167,7 +171,7 @@ export async function render(view, { topic, channel }) {
                         h('tr', null,
                             h('th'),
                             h('th', { colspan: 4, class: 'group' }, 'Message Queues'),
-                            h('th', { colspan: showRate ? 5 : 4, class: 'group' }, 'Statistics'),
+                            h('th', { colspan: (showRate ? 5 : 4) + pCols.length, class: 'group' }, 'Statistics'),
                             nE2e ? h('th', { colspan: nE2e, class: 'group' }, 'E2E Processing Latency') : null),
                         h('tr', null,
                             h('th', { scope: 'col' }, 'NSQd Host'),
@@ -180,6 +184,7 @@ export async function render(view, { topic, channel }) {
                             h('th', { scope: 'col', class: 'num' }, 'Messages'),
                             showRate ? h('th', { scope: 'col', class: 'num' }, 'Rate') : null,
                             h('th', { scope: 'col', class: 'num' }, 'Connections'),
+                            policyHeads(pCols),
                             e2eHeads(e2e))),
                     h('tbody', null, rows))),
                 live ? h('p', { class: 'muted updated' }, `Tables as of ${clock(Date.now() / 1000, true)}`) : null));

@@ -9,6 +9,23 @@ import { SeriesFeed } from '../series.js';
 
 const rateFmt = (v) => compact(v);
 
+const POLICY_LINES = [
+    ['expired_rate', 'expired', '#9333ea'],
+    ['dropped_rate', 'dropped', '#64748b'],
+    ['dead_letter_rate', 'dead-lettered', '#db2777'],
+];
+
+/** The rate lines of a queue's settings' counts (expired, dropped, dead-lettered): only
+ * those the series has a sample of (a queue with settings on an nsqpy nsqd). */
+export function policyLines(f, key) {
+    const out = [];
+    for (const [metric, name, color] of POLICY_LINES) {
+        const values = f.get(key, metric);
+        if (values && values.some((v) => v !== null && v !== undefined)) out.push({ name, values, color });
+    }
+    return out;
+}
+
 /**
  * liveCharts(view, path, {rates: f => [{name, values}], depths: f => [...], onUpdate})
  * → the panel element (null when the time series are off).

@@ -12,7 +12,8 @@ import {
     act, actionButton, breadcrumb, crossButton, e2eCells, e2eCount, e2eHeads, graphRow,
     graphiteRateCell, memDisk, nodeLink, notice, num, pausedLabel, refreshEvery,
 } from '../widgets.js';
-import { liveCharts } from './live.js';
+import { policyCells, policyColumns, policyHeads, settingsSection } from '../settings.js';
+import { liveCharts, policyLines } from './live.js';
 
 const MAX_LINES = 7;
 
@@ -58,6 +59,7 @@ export async function render(view, { topic }) {
         rates: (f) => [
             { name: 'published', values: f.get('', 'message_rate') },
             ...channels.slice(0, MAX_LINES).map((c) => ({ name: `→ ${c.channel_name}`, values: f.get(`channel:${c.channel_name}`, 'message_rate') })),
+            ...policyLines(f, ''),
         ],
         depths: (f) => [
             { name: 'topic', values: f.get('', 'depth') },
@@ -67,7 +69,7 @@ export async function render(view, { topic }) {
     });
     el.append(nodesSlot);
     if (panel) el.append(panel);
-    el.append(channelsSlot);
+    el.append(channelsSlot, settingsSection(view, { topic }));
 
     const action = (verb, payload, opts = {}) => () => act(view, {
         verb,
@@ -94,6 +96,10 @@ export async function render(view, { topic }) {
         const e2e = data.e2e_processing_latency;
         const nE2e = e2eCount(e2e);
         const showRate = graphs || live;
+        const tCols = policyColumns([data, ...nodes]);
+        const cCols = policyColumns(channels, { channel: true });
+        const tPad = tCols.map(() => null);
+        const cPad = cCols.map(() => null);
 
         // --- title and actions --------------------------------------------------------------
         mount(top,
@@ -127,9 +133,10 @@ export async function render(view, { topic }) {
                     ? graphiteRateCell(rateTarget('topic', n.node, topic, ''), view.signal)
                     : h('td', { class: 'num muted', 'data-col': 'rate', title: 'per-node rates need Graphite' }, '')) : null,
                 num((n.channels || []).length, 'channels'),
+                policyCells(tCols, n),
                 e2eCells(e2e, n.e2e_processing_latency)));
             const g = graphRow([null, ['topic', n.node, topic, '', 'depth'], null,
-                ['topic', n.node, topic, '', 'message_count'], ...(showRate ? [null] : []), null]);
+                ['topic', n.node, topic, '', 'message_count'], ...(showRate ? [null] : []), null, ...tPad]);
             if (g) rows.push(g);
         }
         let totalRate = null;
@@ -146,16 +153,17 @@ export async function render(view, { topic }) {
             num(data.message_count, 'message_count'),
             totalRate,
             num(channels.length, 'channels'),
+            policyCells(tCols, data),
             e2eCells(e2e, e2e)));
         const tg = graphRow([null, ['topic', '*', topic, '', 'depth'], null,
-            ['topic', '*', topic, '', 'message_count'], ...(showRate ? [null] : []), null]);
+            ['topic', '*', topic, '', 'message_count'], ...(showRate ? [null] : []), null, ...tPad]);
         if (tg) rows.push(tg);
 
         mount(nodesSlot, h('section', { 'aria-labelledby': 'tmq' },
             h('h2', { id: 'tmq' }, 'Topic Message Queue'),
             h('div', { class: 'table-wrap' }, h('table', { class: 'table', 'data-table': 'topic-nodes' },
                 h('thead', null,
-                    nE2e ? h('tr', null, h('th', { colspan: showRate ? 6 : 5 }),
+                    nE2e ? h('tr', null, h('th', { colspan: (showRate ? 6 : 5) + tCols.length }),
                         h('th', { colspan: nE2e, class: 'group' }, 'E2E Processing Latency')) : null,
                     h('tr', null,
                         h('th', { scope: 'col' }, 'NSQd Host'),
@@ -164,6 +172,7 @@ export async function render(view, { topic }) {
                         h('th', { scope: 'col', class: 'num' }, 'Messages'),
                         showRate ? h('th', { scope: 'col', class: 'num' }, 'Rate') : null,
                         h('th', { scope: 'col', class: 'num' }, 'Channels'),
+                        policyHeads(tCols),
                         e2eHeads(e2e))),
                 h('tbody', null, rows))),
             live ? h('p', { class: 'muted updated' }, `Tables as of ${clock(Date.now() / 1000, true)}`) : null));
@@ -198,6 +207,7 @@ export async function render(view, { topic }) {
                     ? graphiteRateCell(rateTarget('channel', '*', topic, c.channel_name), view.signal)
                     : cells.rate) : null,
                 num(c.client_count, 'client_count'),
+                policyCells(cCols, c),
                 e2eCells(e2e, c.e2e_processing_latency),
                 live ? cells.spark : null));
             const g = graphRow([null, ['channel', '', topic, c.channel_name, 'depth'], null,
@@ -207,12 +217,12 @@ export async function render(view, { topic }) {
                 ['channel', '', topic, c.channel_name, 'timeout_count'],
                 ['channel', '', topic, c.channel_name, 'message_count'],
                 ...(showRate ? [null] : []),
-                ['channel', '', topic, c.channel_name, 'clients']]);
+                ['channel', '', topic, c.channel_name, 'clients'], ...cPad]);
             if (g) chRows.push(g);
         }
         section.append(h('div', { class: 'table-wrap' }, h('table', { class: 'table', 'data-table': 'channels' },
             h('thead', null,
-                nE2e ? h('tr', null, h('th', { colspan: showRate ? 10 : 9 }),
+                nE2e ? h('tr', null, h('th', { colspan: (showRate ? 10 : 9) + cCols.length }),
                     h('th', { colspan: nE2e, class: 'group' }, 'E2E Processing Latency'),
                     live ? h('th') : null) : null,
                 h('tr', null,
@@ -226,6 +236,7 @@ export async function render(view, { topic }) {
                     h('th', { scope: 'col', class: 'num' }, 'Messages'),
                     showRate ? h('th', { scope: 'col', class: 'num' }, 'Rate') : null,
                     h('th', { scope: 'col', class: 'num' }, 'Connections'),
+                    policyHeads(cCols),
                     e2eHeads(e2e),
                     live ? h('th', { scope: 'col' }, `Last ${seconds(config.series.retention)}`) : null)),
             h('tbody', null, chRows))));
