@@ -93,6 +93,14 @@ def build_args(argv: list[str] | None = None) -> argparse.Namespace:
     w.add_argument("--reader-procs", type=int, default=1)
     w.add_argument("--rdy", type=int, default=2500)
     w.add_argument("--count", type=int, default=0, help="writer message limit (0: none)")
+    w.add_argument(
+        "--channel-config",
+        default=None,
+        metavar="JSON",
+        help="create the readers' channel before each phase and POST this JSON object to "
+        "nsqd's /channel/config (queue settings, an nsqpy addition), e.g. "
+        """'{"max_age":"1h"}'; '{}' only creates the channel (any nsqd takes that)""",
+    )
     lat = p.add_argument_group("latency")
     lat.add_argument("--no-latency", action="store_true")
     lat.add_argument("--latency-rate", type=float, default=10000.0)
@@ -131,6 +139,15 @@ def build_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--json", action="store_true", help="print the summary as one JSON line too")
     args = p.parse_args(nb.go_flags(argv))
     nb.check_upgrade_args(p, args)
+    if args.channel_config is not None:
+        try:
+            doc = json.loads(args.channel_config)
+        except ValueError as e:
+            p.error(f"--channel-config: not JSON: {e}")
+        if not isinstance(doc, dict):
+            p.error("--channel-config: a JSON object of settings")
+        if args.no_start:
+            p.error("--channel-config needs the nsqd run.py starts (its HTTP address)")
     if args.smoke:
         args.mode = "all"
         args.runfor = 1.0
@@ -223,6 +240,18 @@ def http_ping(host: str, port: int, timeout: float = 2.0) -> bool:
         return conn.getresponse().status == 200
     except (OSError, http.client.HTTPException):
         return False
+    finally:
+        conn.close()
+
+
+def http_post(addr: str, path: str, body: bytes = b"", timeout: float = 10.0) -> tuple[int, bytes]:
+    """POST to nsqd's HTTP API: (status, body)."""
+    host, port = nb.parse_addr(addr)
+    conn = http.client.HTTPConnection(host, port, timeout=timeout)
+    try:
+        conn.request("POST", path, body=body)
+        resp = conn.getresponse()
+        return resp.status, resp.read()
     finally:
         conn.close()
 
@@ -490,6 +519,22 @@ class Runner:
             self.failures.append(f"{phase} {test}: " + "; ".join(map(str, errs)))
         return r
 
+    def prepare_channel(self, topic: str) -> None:
+        """--channel-config: the readers' channel ``ch`` created, with those settings."""
+        a = self.args
+        if a.channel_config is None or self.daemon is None:
+            return
+        steps = [f"/topic/create?topic={topic}", f"/channel/create?topic={topic}&channel=ch"]
+        if json.loads(a.channel_config):
+            steps.append(f"/channel/config?topic={topic}&channel=ch")
+        for path in steps:
+            body = a.channel_config.encode() if "config" in path else b""
+            status, answer = http_post(self.daemon.http, path, body)
+            if status != 200:
+                self.failures.append(f"POST {path}: {status} {answer.decode(errors='replace')}")
+                raise RuntimeError("channel settings refused")
+        print(f"# channel {topic}/ch created with settings {a.channel_config}", flush=True)
+
     def check_daemon(self, phase: str) -> None:
         if self.daemon and not self.daemon.alive():
             code = self.daemon.proc.returncode if self.daemon.proc else None
@@ -500,6 +545,7 @@ class Runner:
         a = self.args
         topic = "sub_bench" + self.suffix
         print(f"# sequential: write {topic} for {a.runfor}s, then read it back", flush=True)
+        self.prepare_channel(topic)
         cpu0 = self.cpu()
         sys.stdout.write("PUB: ")
         sys.stdout.flush()
@@ -534,6 +580,7 @@ class Runner:
         a = self.args
         topic = "sub_bench_concurrent" + self.suffix
         print(f"# concurrent: write and read {topic} at the same time for {a.runfor}s", flush=True)
+        self.prepare_channel(topic)
         cpu0 = self.cpu()
         reader = start_tool("bench_reader", self.reader_argv(topic, a.runfor))
         writer = start_tool("bench_writer", self.writer_argv(topic))
@@ -595,6 +642,7 @@ def print_summary(args: argparse.Namespace, runner: Runner, target: str, daemon:
         f"reader-procs={args.reader_procs} pipeline={args.pipeline} rdy={args.rdy}"
         f"{f' mem-queue-size={args.mem_queue_size}' if daemon else ''}"
         f"{' (smoke)' if args.smoke else ''}"
+        f"{f' channel-config={args.channel_config}' if args.channel_config is not None else ''}"
     )
     upgrade = nb.upgrade_name(args)
     negotiated = sorted({r["upgrade"] for r in runner.rows if r.get("upgrade")})

@@ -96,6 +96,54 @@ def test_bench_run_smoke_upgraded(flags: list[str], negotiated: tuple[str, ...])
     assert rows[("concurrent", "SUB")]["msgs"] == rows[("concurrent", "PUB")]["msgs"]
 
 
+@pytest.mark.timeout(120)
+def test_bench_run_with_channel_settings() -> None:
+    """run.py --channel-config: the readers' channel is made with those settings before each
+    phase (a max_age of an hour expires nothing: every message written is read back); a
+    setting nsqd refuses fails the run with nsqd's message."""
+    cfg = '{"max_age":"1h","max_attempts":5,"dead_letter_topic":"dlq"}'
+    stdout, output = run_bench(
+        "run.py",
+        "--smoke",
+        "--no-latency",
+        "--json",
+        f"--nsqd-bin={NSQD}",
+        f"--channel-config={cfg}",
+        timeout=100,
+    )
+    assert "RESULT: OK" in stdout, output
+    assert f"# channel sub_bench/ch created with settings {cfg}" in stdout, output
+    assert f" channel-config={cfg}" in stdout, output
+    summary = json.loads([ln for ln in stdout.splitlines() if ln.startswith('{"target"')][-1])
+    rows = {(r["phase"], r["test"]): r for r in summary["rows"]}
+    assert rows[("sequential", "SUB")]["msgs"] == rows[("sequential", "PUB")]["msgs"] > 0
+
+    bad = subprocess.run(
+        [
+            sys.executable,
+            str(ROOT / "bench" / "run.py"),
+            "--smoke",
+            "--no-latency",
+            f"--nsqd-bin={NSQD}",
+            '--channel-config={"max_age":"soon"}',
+        ],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=100,
+    )
+    assert bad.returncode != 0
+    assert (
+        'FAILED: POST /channel/config?topic=sub_bench&channel=ch: 400 {"message":"invalid max_age'
+        in bad.stdout
+    )
+    for arg in ("--channel-config=[1]", "--channel-config=nope"):
+        usage = subprocess.run(
+            [sys.executable, str(ROOT / "bench" / "run.py"), arg], cwd=ROOT, capture_output=True, text=True
+        )
+        assert usage.returncode == 2 and "--channel-config" in usage.stderr
+
+
 @pytest.mark.timeout(200)
 def test_bench_client_smoke() -> None:
     """bench_client.py (our client library through our nsqd) prints both figures."""

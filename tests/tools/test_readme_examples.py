@@ -153,6 +153,28 @@ def test_readme_quickstart_runs(cluster, tmp_path):
         wait_until(lambda: channels(nsqd, "test")["quickstart"]["depth"] == 0, what="FINs")
 
 
+def test_readme_policies_example_runs(cluster):
+    """The Queue policies curls, as written: the settings set, the last line's answer the one
+    the README prints, and the channel's settings kept in nsqd.dat."""
+    _, nsqd = cluster
+    code = examples()["policies"].replace("127.0.0.1:4151", nsqd.http_address)
+    res = subprocess.run(["bash", "-c", code], capture_output=True, text=True, timeout=30)
+    assert res.returncode == 0, res.stderr
+    shown = re.search(r"The last one answers\n`(\{.*?\})`", README.read_text())
+    assert shown is not None
+    # curl prints the bodies one after another: the last one is the GET's
+    last = res.stdout[res.stdout.rindex('{"max_depth"') :]
+    assert json.loads(last) == json.loads(shown[1])
+    status, body = nsqd.http_get("/topic/config?topic=orders")
+    assert status == 200
+    assert json.loads(body) == {
+        "max_depth": 100000,
+        "max_bytes": None,
+        "overflow": "drop_oldest",
+        "max_age": None,
+    }
+
+
 def test_readme_tls_example_runs(tmp_path):
     """The TLS section as written: openssl makes the certificate, nsqd starts with it (on
     free ports), and the pynsq consumer (TLS + snappy, verifying the certificate) prints
