@@ -77,10 +77,12 @@ Route = tuple[Handler, str, bool]  # handler, response style, logged
 class HTTPError(Exception):
     """Go's ``http_api.Err``: a status code and the message text."""
 
-    def __init__(self, status: int, text: str) -> None:
+    def __init__(self, status: int, text: str, headers: dict[str, str] | None = None) -> None:
         super().__init__(text)
         self.status = status
         self.text = text
+        #: extra response headers (``WWW-Authenticate``)
+        self.headers = headers
 
 
 # --- responses ----------------------------------------------------------------------------------
@@ -380,7 +382,7 @@ class Router:
             if style == PLAIN:
                 resp = respond_plain(e.text, status)
             else:
-                extra = {"Allow": params["allow"]} if status == 405 and "allow" in params else None
+                extra = {"Allow": params["allow"]} if status == 405 and "allow" in params else e.headers
                 resp = respond_v1_error(status, e.text, extra)
         except Exception:
             # Go's PanicHandler: log it, answer 500 INTERNAL_ERROR

@@ -191,7 +191,7 @@ class Channel(Queued):
         #: what the channel read from its DiskQueue and what became of it: in the crash-safe
         #: mode, or while a journal an earlier run left names records still ahead
         self.ledger: Ledger | None = (
-            Ledger.open(self.backend, nsqd.crash_safe, log, self._live)
+            Ledger.open(self.backend, nsqd.crash_safe, log, self.live)
             if isinstance(self.backend, DiskQueue)
             else None
         )
@@ -689,7 +689,7 @@ class Channel(Queued):
             ledger.relocate(self._due_times)  # when a few messages hold the floor far back
         self.schedule_pump()
 
-    def _live(self) -> Iterator[Message]:
+    def live(self) -> Iterator[Message]:
         """Every message in memory: queued, in flight, deferred."""
         yield from self.queue
         yield from self.in_flight.values()

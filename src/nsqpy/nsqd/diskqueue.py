@@ -684,6 +684,68 @@ class DiskQueue:
             self._events.read(self)
         return len(records)
 
+    def scan(self, max_count: int, positions: list[int], start: int | None = None) -> list[bytes]:
+        """Up to ``max_count`` records from the read position (or from the position
+        ``start``), each one's position appended to ``positions``, without consuming them:
+        the queue's state is untouched (its own files are read with a descriptor of their
+        own). Stops early at a record it cannot read (the reader will meet it and deal
+        with it)."""
+        if self._closed:
+            raise DiskQueueClosedError("exiting")
+        out: list[bytes] = []
+        if start is None:
+            fn, pos = self.read_file_num, self.read_pos
+        else:
+            fn, pos = split_position(start)
+        wfn = self.write_file_num
+        mn, mx = self.min_msg_size, self.max_msg_size
+        while len(out) < max_count and fn <= wfn:
+            limit = self.write_pos if fn == wfn else self._segment_size(fn)
+            if pos >= limit:
+                if fn == wfn:
+                    break
+                fn, pos = fn + 1, 0
+                continue
+            try:
+                fd = os.open(self.file_name(fn), os.O_RDONLY)
+            except OSError:
+                if fn == wfn:
+                    break
+                fn, pos = fn + 1, 0  # a segment the reader will find missing
+                continue
+            try:
+                buf = b""
+                buf_pos = pos
+                while len(out) < max_count and pos < limit:
+                    off = pos - buf_pos
+                    got_before = len(out)
+                    _, off, end, need, bad = split_records(
+                        buf, off, pos, limit, max_count - len(out), mn, mx, out
+                    )
+                    at = (fn << POS_SHIFT) + pos
+                    for r in out[got_before:]:
+                        positions.append(at)
+                        at += 4 + len(r)
+                    pos = end
+                    if bad is not None:
+                        return out
+                    if need:
+                        if pos + need > limit:
+                            return out
+                        size = min(max(READ_CHUNK, need), limit - pos)
+                        data = os.pread(fd, size, pos)
+                        if len(data) < need:
+                            return out
+                        buf, buf_pos = data, pos
+            except OSError:
+                return out
+            finally:
+                _close_quietly(fd)
+            if fn == wfn:
+                break
+            fn, pos = fn + 1, 0
+        return out
+
     def _read(self, max_count: int, peek: bool, positions: list[int] | None = None) -> list[bytes]:
         """Records from the read position, consumed. ``peek`` (for :meth:`read_into`): stop
         at the end of the segment or before an error once some records were found, so that

@@ -60,6 +60,7 @@ from ..pprof import Pprof
 from ..protocol.commands import decode_mpub
 from ..protocol.errors import ProtocolError
 from ..protocol.names import is_valid_topic_name
+from . import peek
 from .channel import Channel
 from .diskqueue import DiskQueueError
 from .options import InvalidOptionError, OptionsError, config_value, set_config_value
@@ -146,6 +147,12 @@ class HTTPServer:
         r("POST", "/topic/config", self.topic_config)
         r("GET", "/channel/config", self.channel_config)
         r("POST", "/channel/config", self.channel_config)
+        # peek and acting on one message (an nsqpy addition: see nsqpy.nsqd.peek)
+        r("GET", "/topic/peek", self.topic_peek)
+        r("GET", "/channel/peek", self.channel_peek)
+        r("POST", "/channel/requeue", self.channel_requeue)
+        r("POST", "/channel/remove", self.channel_remove)
+        r("POST", "/topic/redrive", self.topic_redrive)
         r("GET", "/config/:opt", self.config)
         r("PUT", "/config/:opt", self.config)
         self.pprof.install(self.router, "/debug/pprof/")
@@ -424,6 +431,124 @@ class HTTPServer:
         except OSError as e:
             raise HTTPError(500, f"failed to persist metadata - {e}") from None
         return new.to_json(keys)
+
+    # --- peek and acting on one message (an nsqpy addition: see nsqpy.nsqd.peek) -----------------
+
+    def _peek_guard(self, request: web.Request) -> None:
+        """Message bodies and actions on them: the admin token where one is configured."""
+        self.nsqd.admin_auth.require(request, bodies=True)
+
+    def _existing_channel(self, request: web.Request) -> Channel:
+        topic, name = self._existing_topic(request)
+        channel = topic.channels.get(name)
+        if channel is None:
+            raise HTTPError(404, "CHANNEL_NOT_FOUND")
+        return channel
+
+    @staticmethod
+    def _count(values: dict[str, list[str]], default: int | None, most: int | None) -> int | None:
+        raw = get_param(values, "n")
+        if raw is None or raw == "":
+            return default
+        if not raw.isdigit() or int(raw) < 1 or (most is not None and int(raw) > most):
+            raise HTTPError(400, "INVALID_N")
+        return int(raw)
+
+    @staticmethod
+    def _message_id(values: dict[str, list[str]]) -> bytes:
+        raw = get_param(values, "id")
+        if raw is None:
+            raise HTTPError(400, "MISSING_ARG_ID")
+        if len(raw) != 16 or not raw.isascii():
+            raise HTTPError(400, "INVALID_MESSAGE_ID")
+        return raw.encode("ascii")
+
+    async def topic_peek(self, request: web.Request, params: Params) -> Any:
+        self._peek_guard(request)
+        values = req_params(request)
+        name = get_param(values, "topic")
+        if name is None:
+            raise HTTPError(400, "MISSING_ARG_TOPIC")
+        if not is_valid_topic_name(name):
+            raise HTTPError(400, "INVALID_TOPIC")
+        n = self._count(values, peek.DEFAULT_PEEK, peek.MAX_PEEK)
+        topic = self.nsqd.get_existing_topic(name)
+        if topic is None:
+            raise HTTPError(404, "TOPIC_NOT_FOUND")
+        assert n is not None
+        try:
+            return peek.peek_topic(topic, n)
+        except DiskQueueError as e:
+            raise HTTPError(503, "EXITING") from e
+
+    async def channel_peek(self, request: web.Request, params: Params) -> Any:
+        self._peek_guard(request)
+        n = self._count(req_params(request), peek.DEFAULT_PEEK, peek.MAX_PEEK)
+        channel = self._existing_channel(request)
+        assert n is not None
+        try:
+            return peek.peek_channel(channel, n)
+        except DiskQueueError as e:
+            raise HTTPError(503, "EXITING") from e
+
+    async def channel_requeue(self, request: web.Request, params: Params) -> Any:
+        await self._act(request, peek.requeue)
+        return None
+
+    async def channel_remove(self, request: web.Request, params: Params) -> Any:
+        await self._act(request, peek.remove)
+        return None
+
+    async def _act(self, request: web.Request, action: Any) -> None:
+        self._peek_guard(request)
+        msg_id = self._message_id(req_params(request))
+        channel = self._existing_channel(request)
+        try:
+            action(channel, msg_id)
+        except peek.NotHeldError as e:
+            raise HTTPError(404, str(e)) from None
+        except peek.ConflictError as e:
+            raise HTTPError(409, str(e)) from None
+        except (DiskQueueError, OSError) as e:
+            log.error("CHANNEL(%s): %s failed - %s", channel.backend_name, request.path, e)
+            raise HTTPError(500, f"INTERNAL_ERROR - {e}") from None
+
+    async def topic_redrive(self, request: web.Request, params: Params) -> Any:
+        self._peek_guard(request)
+        values = req_params(request)
+        name = get_param(values, "topic")
+        if name is None:
+            raise HTTPError(400, "MISSING_ARG_TOPIC")
+        if not is_valid_topic_name(name):
+            raise HTTPError(400, "INVALID_TOPIC")
+        dest_name = get_param(values, "destination")
+        if dest_name is None:
+            raise HTTPError(400, "MISSING_ARG_DESTINATION")
+        if not is_valid_topic_name(dest_name):
+            raise HTTPError(400, "INVALID_DESTINATION")
+        n = self._count(values, None, None)
+        channel_name = get_param(values, "channel")
+        if channel_name is None and dest_name == name:
+            raise HTTPError(400, "DESTINATION_IS_TOPIC")
+        topic = self.nsqd.get_existing_topic(name)
+        if topic is None:
+            raise HTTPError(404, "TOPIC_NOT_FOUND")
+        channel = None
+        if channel_name is not None:
+            channel = topic.channels.get(channel_name)
+            if channel is None:
+                raise HTTPError(404, "CHANNEL_NOT_FOUND")
+        if self.nsqd.exiting or topic.exiting:
+            raise HTTPError(503, "EXITING")
+        dest = self.nsqd.get_topic(dest_name)
+        try:
+            moved = await peek.redrive(self.nsqd, topic, channel, dest, n)
+        except PolicyRejectedError as e:
+            raise HTTPError(503, str(e)) from None
+        except (TopicExitingError, DiskQueueError, OSError) as e:
+            log.error("TOPIC(%s): redrive to %s failed - %s", name, dest_name, e)
+            raise HTTPError(503, "EXITING") from None
+        return {"moved": moved}
 
     # --- stats and config ----------------------------------------------------------------------
 

@@ -612,6 +612,23 @@ class Ledger:
             self.journal.add(DUE, pos, msg.id, due_ns)
             self.flush(compact=False)
 
+    def finished_ahead(self, pos: int, msg_id: bytes) -> None:
+        """The record at ``pos``, ahead of the reader, is finished (an operator removed it):
+        it is skipped when read, after a restart too."""
+        self.skip[pos] = msg_id
+        self.attempts.pop(pos, None)
+        self.dues.pop(pos, None)
+        self.dq.mark_dirty()
+        self.journal.add(FINISHED, pos, msg_id, 0)
+        self.flush(compact=False)
+
+    def due_ahead(self, pos: int, msg_id: bytes, due_ns: int) -> None:
+        """The deferred record at ``pos``, ahead of the reader, is due at ``due_ns``."""
+        self.dues[pos] = (msg_id, due_ns)
+        self.dq.mark_dirty()
+        self.journal.add(DUE, pos, msg_id, due_ns)
+        self.flush(compact=False)
+
     def wrote(self, msgs: Sequence[Message], positions: Sequence[int], now_ns: int) -> None:
         """``msgs`` are about to be appended to the queue at ``positions``: the deferred
         ones (DPUB) wait until due. Raises PathError if the journal cannot say so (then

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import asyncio
 import gc
 import logging
+import signal
 import sys
 
 from .. import daemon
@@ -33,6 +35,8 @@ async def serve(opts: Options) -> None:
     nsqd = NSQD(opts)
     await nsqd.start()
     stop = daemon.stop_on_signals()
+    if opts.admin_token_file:
+        asyncio.get_running_loop().add_signal_handler(signal.SIGHUP, nsqd.admin_auth.reload)
     try:
         # the first lines on stdout: where to reach this node
         print(f"nsqd TCP address: {nsqd.tcp_addr_str}", flush=True)

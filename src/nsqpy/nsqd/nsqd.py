@@ -23,6 +23,7 @@ import time
 from typing import TYPE_CHECKING, Any
 
 from .. import _speedups
+from ..adminauth import AdminAuth
 from ..daemon import LISTEN_BACKLOG, bound_port
 from ..daemon import listen_socket as _listen_socket
 from ..protocol.address import format_address
@@ -216,6 +217,9 @@ class NSQD:
             if opts.auth_http_addresses
             else None
         )
+        #: bearer tokens for peek and its actions (--admin-token-file); with AUTH and no
+        #: tokens, peek is refused (bodies are sensitive)
+        self.admin_auth = AdminAuth(opts.admin_token_file, bool(opts.auth_http_addresses), log)
         self._scan_task: asyncio.Task[None] | None = None
         #: the statsd push loop (--statsd-address), see nsqpy.nsqd.statsd
         self._statsd: Any = None
@@ -687,6 +691,23 @@ class NSQD:
         fut: asyncio.Future[None] = self._loop.create_future()
         self._metadata_waiters.append((self._metadata_gen, fut))
         await fut
+
+    async def sync_all(self) -> None:
+        """Return once a sync round started from now has fsynced every queue written to
+        (data first, then read positions). Raises the round's error."""
+        syncer = self.syncer
+        if syncer is None or self._loop is None:
+            return
+        fut: asyncio.Future[BaseException | None] = self._loop.create_future()
+
+        def synced(err: BaseException | None) -> None:
+            if not fut.done():
+                fut.set_result(err)
+
+        syncer.wait(synced)
+        err = await fut
+        if err is not None:
+            raise err
 
     def _metadata_written(self, gen: int, err: OSError | None) -> None:
         still = []

@@ -163,6 +163,7 @@ class Options:
     tcp_address: str = "0.0.0.0:4150"
     auth_http_addresses: list[str] = field(default_factory=list)
     auth_http_request_method: str = "get"
+    admin_token_file: str = ""
     broadcast_address: str = field(default_factory=socket.gethostname)
     broadcast_tcp_port: int = 0
     broadcast_http_port: int = 0
@@ -255,6 +256,12 @@ FLAGS: Final[tuple[Flag, ...]] = (
         cfg="auth_http_addresses",
     ),
     _f("auth-http-request-method", STRING, "HTTP method for auth requests: get or post"),
+    _f(
+        "admin-token-file",
+        STRING,
+        "file of bearer tokens (one per line, mode 600) that peek and its actions require "
+        "(an nsqpy addition; re-read on SIGHUP)",
+    ),
     _f("broadcast-address", STRING, "address registered with nsqlookupd"),
     _f("broadcast-tcp-port", INT, "TCP port registered with nsqlookupd (0: the listening port)"),
     _f("broadcast-http-port", INT, "HTTP port registered with nsqlookupd (0: the listening port)"),
