@@ -147,7 +147,7 @@ async def test_peek_n_and_previews(tmp_path, session):
         assert base64.b64decode(doc["messages"][1]["body_base64"]) == "é".encode() * 300
         status, doc = await api.call("GET", "/channel/peek?topic=t&channel=c")
         assert status == 200 and len(doc["messages"]) == 10  # the default
-        for bad in ("0", "-1", "1001", "x", "1.5"):
+        for bad in ("0", "-1", "1001", "x", "1.5", "%C2%B2"):
             assert await api.call("GET", f"/channel/peek?topic=t&channel=c&n={bad}") == (
                 400,
                 {"message": "INVALID_N"},

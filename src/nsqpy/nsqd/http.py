@@ -450,7 +450,7 @@ class HTTPServer:
         raw = get_param(values, "n")
         if raw is None or raw == "":
             return default
-        if not raw.isdigit() or int(raw) < 1 or (most is not None and int(raw) > most):
+        if not (raw.isascii() and raw.isdigit()) or int(raw) < 1 or (most is not None and int(raw) > most):
             raise HTTPError(400, "INVALID_N")
         return int(raw)
 
