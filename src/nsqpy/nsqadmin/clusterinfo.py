@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Awaitable, Iterable
+from collections.abc import Awaitable, Callable, Iterable
 from typing import Any, TypeVar
 from urllib.parse import quote_plus
 
@@ -50,6 +50,23 @@ def _errs_of(err: BaseException) -> list[BaseException]:
 def _q(s: str) -> str:
     """Go's ``url.QueryEscape``."""
     return quote_plus(s, safe="")
+
+
+#: what an nsqd's refusal of nsqpy's message endpoints means, said after its code
+_MESSAGE_HINTS = {
+    "NOT_FOUND": "this nsqd has no message API: a Go nsqd, or an older nsqpy",
+    "UNAUTHORIZED": "this nsqd wants an admin token (--admin-token-file), which nsqadmin does not send",
+    "FORBIDDEN": "this nsqd refuses nsqadmin: seeing or changing its messages needs an admin token",
+}
+
+
+def _message_error(e: HTTPClientError) -> str:
+    """A node's error for the messages panel: nsqd's code (``MESSAGE_NOT_FOUND``), with what
+    it means where that is not plain, or the request's failure."""
+    if not e.message:
+        return str(e)
+    hint = _MESSAGE_HINTS.get(e.message)
+    return f"{e.message} ({hint})" if hint else e.message
 
 
 def _uniq_sorted(items: list[str]) -> list[str] | None:
@@ -449,6 +466,40 @@ class ClusterInfo:
 
         return await self._run(steps)
 
+    async def _per_node(
+        self,
+        topic: str,
+        lookupd_http_addrs: list[str],
+        nsqd_http_addrs: list[str],
+        key: str,
+        call: Callable[[str], Awaitable[Any]],
+        *,
+        concurrent: bool = False,
+        node: str = "",
+        errors: Callable[[HTTPClientError], str] | None = None,
+    ) -> tuple[list[dict[str, Any]], BaseException | None]:
+        """``call(node)`` on every nsqd that has ``topic`` (only ``node`` when given): one
+        entry per node, ``{"node", "hostname", key: <its answer>}`` or ``{"node",
+        "hostname", "error"}`` (the nsqd's message, or ``errors(e)``), and a lookup's
+        partial error. Reads go to the nodes concurrently, actions one after the other."""
+        producers, err = await self.get_topic_producers(topic, lookupd_http_addrs, nsqd_http_addrs)
+        if err is not None and not is_partial(err):
+            return [], err
+        targets = [p for p in producers or () if not node or p.http_address() == node]
+
+        async def one(p: Producer) -> dict[str, Any]:
+            addr = p.http_address()
+            entry: dict[str, Any] = {"node": addr, "hostname": p.hostname}
+            try:
+                entry[key] = await call(addr)
+            except HTTPClientError as e:
+                entry["error"] = errors(e) if errors is not None else e.message or str(e)
+            return entry
+
+        if concurrent:
+            return list(await asyncio.gather(*(one(p) for p in targets))), err
+        return [await one(p) for p in targets], err
+
     async def queue_config(
         self,
         topic: str,
@@ -461,28 +512,108 @@ class ClusterInfo:
         an nsqpy addition) on every nsqd that has the topic, set first when ``settings`` is
         given: one entry per node, ``{"node", "hostname", "config"}`` or ``{"node",
         "hostname", "error"}``, and a lookup's partial error."""
-        producers, err = await self.get_topic_producers(topic, lookupd_http_addrs, nsqd_http_addrs)
-        if err is not None and not is_partial(err):
-            return [], err
         if channel:
             uri, qs = "channel/config", f"topic={_q(topic)}&channel={_q(channel)}"
         else:
             uri, qs = "topic/config", f"topic={_q(topic)}"
-        out: list[dict[str, Any]] = []
-        for p in producers or ():
-            node = p.http_address()
+
+        async def call(node: str) -> Any:
             endpoint = f"http://{node}/{uri}?{qs}"
-            entry: dict[str, Any] = {"node": node, "hostname": p.hostname}
-            try:
-                if settings is None:
-                    entry["config"] = await self.client.get_v1(endpoint)
-                else:
-                    self.logf("CI: querying nsqd %s", endpoint)
-                    entry["config"] = await self.client.post_v1_json(endpoint, settings)
-            except HTTPClientError as e:
-                entry["error"] = e.message or str(e)
-            out.append(entry)
-        return out, err
+            if settings is None:
+                return await self.client.get_v1(endpoint)
+            self.logf("CI: querying nsqd %s", endpoint)
+            return await self.client.post_v1_json(endpoint, settings)
+
+        return await self._per_node(topic, lookupd_http_addrs, nsqd_http_addrs, "config", call)
+
+    # --- nsqpy: messages (nsqd's peek, requeue, remove and redrive) ------------------------------
+
+    async def peek(
+        self,
+        topic: str,
+        channel: str,
+        n: int,
+        lookupd_http_addrs: list[str],
+        nsqd_http_addrs: list[str],
+    ) -> tuple[list[dict[str, Any]], BaseException | None]:
+        """Up to ``n`` of the messages a topic's backlog or a channel holds (queued,
+        deferred, in flight) on every nsqd that has the topic, nothing consumed:
+        ``{"node", "hostname", "peek": <nsqd's /topic/peek or /channel/peek answer>}`` or
+        the node's error."""
+        if channel:
+            endpoint = f"channel/peek?topic={_q(topic)}&channel={_q(channel)}&n={n}"
+        else:
+            endpoint = f"topic/peek?topic={_q(topic)}&n={n}"
+
+        async def call(node: str) -> Any:
+            return await self._get("nsqd", f"http://{node}/{endpoint}")
+
+        return await self._per_node(
+            topic, lookupd_http_addrs, nsqd_http_addrs, "peek", call, concurrent=True, errors=_message_error
+        )
+
+    async def message_action(
+        self,
+        action: str,
+        topic: str,
+        channel: str,
+        node: str,
+        msg_id: str,
+        lookupd_http_addrs: list[str],
+        nsqd_http_addrs: list[str],
+    ) -> tuple[list[dict[str, Any]], BaseException | None]:
+        """``requeue`` (a deferred message made due now) or ``remove`` one message of a
+        channel on ``node``, one of the topic's nsqd: ``[{"node", "hostname", "done":
+        true}]`` or its error; no entry when ``node`` does not have the topic."""
+        qs = f"topic={_q(topic)}&channel={_q(channel)}&id={_q(msg_id)}"
+
+        async def call(addr: str) -> bool:
+            endpoint = f"http://{addr}/channel/{action}?{qs}"
+            self.logf("CI: querying nsqd %s", endpoint)
+            await self.client.post_v1(endpoint)
+            return True
+
+        return await self._per_node(
+            topic, lookupd_http_addrs, nsqd_http_addrs, "done", call, node=node, errors=_message_error
+        )
+
+    async def redrive(
+        self,
+        topic: str,
+        destination: str,
+        n: int | None,
+        channel: str,
+        lookupd_http_addrs: list[str],
+        nsqd_http_addrs: list[str],
+    ) -> tuple[list[dict[str, Any]], BaseException | None]:
+        """Move the messages of ``topic``'s backlog (or of its ``channel``'s queue) to
+        ``destination`` on every nsqd that has the topic, as new messages: at most ``n`` in
+        all (the nodes in turn; None: everything), ``{"node", "hostname", "moved": k}`` or
+        the node's error (a node not asked once ``n`` moved: ``"moved": 0``)."""
+        left = n
+
+        async def call(node: str) -> int:
+            nonlocal left
+            if left is not None and left <= 0:
+                return 0
+            qs = f"topic={_q(topic)}&destination={_q(destination)}"
+            if left is not None:
+                qs += f"&n={left}"
+            if channel:
+                qs += f"&channel={_q(channel)}"
+            endpoint = f"http://{node}/topic/redrive?{qs}"
+            self.logf("CI: querying nsqd %s", endpoint)
+            answer = await self.client.post_v1_json(endpoint, None)
+            moved = answer.get("moved") if isinstance(answer, dict) else None
+            if not isinstance(moved, int) or isinstance(moved, bool):
+                raise HTTPClientError(f"unexpected answer {answer!r}")
+            if left is not None:
+                left -= moved
+            return moved
+
+        return await self._per_node(
+            topic, lookupd_http_addrs, nsqd_http_addrs, "moved", call, errors=_message_error
+        )
 
     async def topic_action(
         self, action: str, topic: str, lookupd_http_addrs: list[str], nsqd_http_addrs: list[str]

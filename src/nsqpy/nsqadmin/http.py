@@ -16,7 +16,11 @@ Every route lives under ``--base-path`` (Go's ``path.Join(basePath, route)``):
   ``unpause``, ``empty``), ``DELETE /api/topics/:topic[/:channel]``,
   ``DELETE /api/nodes/:node`` (tombstone); ``GET``/``PUT /config/:opt``;
 - nsqpy's time series: ``GET /api/series/topics[/:topic[/:channel]]``
-  (:mod:`nsqpy.nsqadmin.series`).
+  (:mod:`nsqpy.nsqadmin.series`);
+- nsqpy's queue settings: ``GET``/``POST /api/config/topics/:topic[/:channel]``, and
+  messages: ``GET /api/peek/topics/:topic[/:channel]?n=`` (each nsqd's peek),
+  ``POST /api/peek/topics/:topic/:channel`` (requeue or remove one message on one nsqd),
+  ``POST /api/peek/topics/:topic`` (redrive), answered per node.
 
 Reads answer 200 with ``"message": "WARNING: <errors>"`` when some node did not answer (what
 the others said is there), 502 ``UPSTREAM_ERROR: <error>`` when nothing could be read.
@@ -76,6 +80,10 @@ __all__ = [
 ]
 
 log = logging.getLogger("nsqadmin")
+
+#: ``?n=`` of a peek when none is given, and the most it may be (nsqd's own bounds)
+DEFAULT_PEEK = 10
+MAX_PEEK = 1000
 
 #: The web UI shipped in the package.
 STATIC_DIR = Path(__file__).resolve().parent / "static"
@@ -322,6 +330,10 @@ class HTTPServer:
         r("GET", "/api/config/topics/:topic/:channel", self.queue_config)
         r("POST", "/api/config/topics/:topic", self.queue_config)
         r("POST", "/api/config/topics/:topic/:channel", self.queue_config)
+        r("GET", "/api/peek/topics/:topic", self.peek)
+        r("GET", "/api/peek/topics/:topic/:channel", self.peek)
+        r("POST", "/api/peek/topics/:topic", self.redrive)
+        r("POST", "/api/peek/topics/:topic/:channel", self.message_action)
         r("GET", "/api/counter", self.counter)
         r("GET", "/api/graphite", self.graphite)
         r("GET", "/config/:opt", self.config)
@@ -726,25 +738,118 @@ class HTTPServer:
         settings = None
         if request.method == "POST":
             self._require_admin(request)
-            body = await read_max(request, 65537)
-            try:
-                settings = json.loads(body or b"null")
-            except (ValueError, UnicodeDecodeError):
-                raise HTTPError(400, "INVALID_BODY") from None
-            if not isinstance(settings, dict):
-                raise HTTPError(400, "INVALID_BODY")
+            settings = await self._json_object(request)
         lookupds, nsqds = self._addrs()
         nodes, err = await self.ci.queue_config(topic, channel, lookupds, nsqds, settings)
+        answer = self._per_node_answer(nodes, err)
+        if settings is not None:
+            what = f"{topic}/{channel}" if channel else topic
+            self._notify("config_channel" if channel else "config_topic", topic, channel, "", request)
+            log.info("set queue settings of %s: %s", what, json.dumps(settings))
+        return answer
+
+    def _per_node_answer(self, nodes: list[dict[str, Any]], err: BaseException | None) -> dict[str, Any]:
+        """``{"nodes": [...], "message"}`` of a per-node call: 502 when the topic's nsqd
+        could not be found; the message warns of a partial lookup and of the nodes that
+        failed."""
         messages: list[str] = []
         self._check(err, "failed to get topic producers", messages)
         failed = [f"{n['node']}: {n['error']}" for n in nodes if "error" in n]
         if failed:
             messages.append("failed on " + "; ".join(failed))
-        if settings is not None:
-            what = f"{topic}/{channel}" if channel else topic
-            self._notify("config_channel" if channel else "config_topic", topic, channel, "", request)
-            log.info("set queue settings of %s: %s", what, json.dumps(settings))
         return {"nodes": nodes, "message": maybe_warn_msg(messages)}
+
+    async def _json_object(self, request: web.Request) -> dict[str, Any]:
+        """The request's body, a JSON object (else 400 ``INVALID_BODY``)."""
+        body = await read_max(request, 65537)
+        try:
+            doc = json.loads(body or b"null")
+        except (ValueError, UnicodeDecodeError):
+            raise HTTPError(400, "INVALID_BODY") from None
+        if not isinstance(doc, dict):
+            raise HTTPError(400, "INVALID_BODY")
+        return doc
+
+    # --- nsqpy: messages (peek, requeue, remove, redrive) -----------------------------------------
+
+    async def peek(self, request: web.Request, params: Params) -> Any:
+        """Up to ``?n=`` (10; 1 to 1000) of the messages a topic's backlog or a channel
+        holds on every nsqd that has the topic, nothing consumed: ``{"nodes": [{"node",
+        "hostname", "peek" | "error"}], "message"}``. Bodies can be sensitive: with
+        ``--admin-user``, admins only."""
+        self._require_admin(request)
+        values, ok = parse_query(request.rel_url.raw_query_string)
+        if not ok:
+            raise HTTPError(400, "INVALID_REQUEST")
+        raw = get_param(values, "n")
+        n = DEFAULT_PEEK
+        if raw:
+            if not (raw.isascii() and raw.isdigit()) or not 1 <= int(raw) <= MAX_PEEK:
+                raise HTTPError(400, "INVALID_N")
+            n = int(raw)
+        topic, channel = params["topic"], params.get("channel", "")
+        nodes, err = await self.ci.peek(topic, channel, n, *self._addrs())
+        return self._per_node_answer(nodes, err)
+
+    async def message_action(self, request: web.Request, params: Params) -> Any:
+        """Admins: ``{"action": "requeue" | "remove", "node": "<host:port>", "id":
+        "<message id>"}`` on one nsqd of the topic: ``{"nodes": [{"node", "hostname",
+        "done": true} | {..., "error"}], "message"}``; 404 ``NODE_NOT_FOUND`` when that
+        nsqd does not have the topic."""
+        self._require_admin(request)
+        topic, channel = params["topic"], params["channel"]
+        doc = await self._json_object(request)
+        action = doc.get("action")
+        if action not in ("requeue", "remove"):
+            raise HTTPError(400, "INVALID_ACTION")
+        node, msg_id = doc.get("node"), doc.get("id")
+        if node is None or node == "":
+            raise HTTPError(400, "MISSING_ARG_NODE")
+        if not isinstance(node, str):
+            raise HTTPError(400, "INVALID_NODE")
+        if msg_id is None or msg_id == "":
+            raise HTTPError(400, "MISSING_ARG_ID")
+        if not isinstance(msg_id, str) or len(msg_id) != 16 or not msg_id.isascii():
+            raise HTTPError(400, "INVALID_MESSAGE_ID")
+        nodes, err = await self.ci.message_action(action, topic, channel, node, msg_id, *self._addrs())
+        answer = self._per_node_answer(nodes, err)
+        if not nodes:
+            raise HTTPError(404, "NODE_NOT_FOUND")
+        self._notify(f"{action}_message", topic, channel, node, request)
+        log.info("%s message %s of %s/%s on %s", action, msg_id, topic, channel, node)
+        return answer
+
+    async def redrive(self, request: web.Request, params: Params) -> Any:
+        """Admins: ``{"action": "redrive", "destination": "<topic>", "n": <count> | null,
+        "channel": "<channel>" | null}``: the topic's backlog (or its channel's queue) moved
+        to the destination on every nsqd that has the topic, at most ``n`` in all:
+        ``{"nodes": [{"node", "hostname", "moved": k} | {..., "error"}], "moved": <total>,
+        "message"}``."""
+        self._require_admin(request)
+        topic = params["topic"]
+        doc = await self._json_object(request)
+        if doc.get("action") != "redrive":
+            raise HTTPError(400, "INVALID_ACTION")
+        dest = doc.get("destination")
+        if dest is None or dest == "":
+            raise HTTPError(400, "MISSING_ARG_DESTINATION")
+        if not isinstance(dest, str) or not is_valid_topic_name(dest):
+            raise HTTPError(400, "INVALID_DESTINATION")
+        n = doc.get("n")
+        if n is not None and (not isinstance(n, int) or isinstance(n, bool) or n < 1):
+            raise HTTPError(400, "INVALID_N")
+        channel = doc.get("channel") or ""
+        if not isinstance(channel, str) or (channel and not is_valid_channel_name(channel)):
+            raise HTTPError(400, "INVALID_CHANNEL")
+        if dest == topic and not channel:
+            raise HTTPError(400, "DESTINATION_IS_TOPIC")
+        nodes, err = await self.ci.redrive(topic, dest, n, channel, *self._addrs())
+        answer = self._per_node_answer(nodes, err)
+        answer["moved"] = sum(e.get("moved", 0) for e in nodes)
+        self._notify("redrive_topic", topic, channel, "", request)
+        what = f"{topic}/{channel}" if channel else topic
+        log.info("redrive %s to %s (n=%s): %d moved", what, dest, n, answer["moved"])
+        return answer
 
     # --- /config ---------------------------------------------------------------------------------
 

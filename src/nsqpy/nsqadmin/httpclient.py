@@ -3,7 +3,8 @@
 
 - ``GETV1``/``POSTV1``: ``Accept: application/vnd.nsq; version=1.0``; any status but 200 is
   an error ``got response <status line> <body %q>``; a 403 on plain HTTP is retried once on
-  HTTPS at the ``https_port`` the body names (nsqd's ``TLS_REQUIRED`` answer).
+  HTTPS at the ``https_port`` the body names (nsqd's ``TLS_REQUIRED`` answer; a 403 JSON
+  object without one, as an nsqpy nsqd's ``FORBIDDEN``, is an error as it stands).
 - Timeouts as Go's deadline transport: ``--http-client-connect-timeout`` for the connection,
   ``--http-client-request-timeout`` for the whole request; TLS as the ``--http-client-tls-*``
   options say.
@@ -173,7 +174,7 @@ class Client:
             status, status_line, data = await self.request(method, endpoint, body, headers)
             if status == 200:
                 return data
-            if status == 403 and not endpoint.startswith("https"):
+            if status == 403 and not endpoint.startswith("https") and _names_https_port(data):
                 endpoint = _https_endpoint(endpoint, data)
                 continue
             raise HTTPClientError(f"got response {status_line} {go_quote(_text(data))}", _message(data))
@@ -213,6 +214,17 @@ def _message(data: bytes) -> str:
 
 def _text(data: bytes) -> str:
     return data.decode("utf-8", "replace")
+
+
+def _names_https_port(body: bytes) -> bool:
+    """Whether a 403 is nsqd's ``TLS_REQUIRED`` (its body names the ``https_port``). Go
+    retries every 403 on HTTPS, at port 0 when the body names none; an nsqpy nsqd's 403
+    ``FORBIDDEN`` (a wrong admin token) is reported as it is instead."""
+    try:
+        doc = json.loads(body)
+    except (ValueError, UnicodeDecodeError):
+        return True  # Go's error for a body that does not parse
+    return not isinstance(doc, dict) or "https_port" in doc
 
 
 def _https_endpoint(endpoint: str, body: bytes) -> str:

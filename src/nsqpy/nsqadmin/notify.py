@@ -2,7 +2,9 @@
 
 Each action (``create_topic``, ``create_channel``, ``delete_topic``, ``delete_channel``,
 ``empty_topic``, ``empty_channel``, ``pause_topic``, ``unpause_topic``, ``pause_channel``,
-``unpause_channel``, ``tombstone_topic_producer``) is POSTed as JSON to
+``unpause_channel``, ``tombstone_topic_producer``; nsqpy's ``config_topic``,
+``config_channel``, ``requeue_message``, ``remove_message`` (with the node) and
+``redrive_topic`` (with the channel redriven, if any)) is POSTed as JSON to
 ``--notification-http-endpoint``::
 
     {"action": "...", "topic": "...", "channel": "..." (omitted if empty),

@@ -1,5 +1,6 @@
 // Channel (/topics/:topic/:channel): the channel on every nsqd (and the total), its
-// clients, e2e latency, live charts; actions: empty, delete, pause/unpause.
+// clients, e2e latency, live charts, its messages (peek, requeue, remove); actions: empty,
+// delete, pause/unpause.
 
 import { del, get, post } from '../api.js';
 import { config, paths } from '../config.js';
@@ -11,6 +12,7 @@ import {
     act, actionButton, breadcrumb, e2eCells, e2eCount, e2eHeads, graphRow, graphiteRateCell,
     label, memDisk, nodeLink, notice, num, pausedLabel, refreshEvery,
 } from '../widgets.js';
+import { messagesSection } from '../messages.js';
 import { policyCells, policyColumns, policyHeads, settingsSection } from '../settings.js';
 import { liveCharts, policyLines } from './live.js';
 
@@ -85,7 +87,7 @@ export async function render(view, { topic, channel }) {
         });
         if (panel) el.append(panel);
     }
-    el.append(clientsSlot, settingsSection(view, { topic, channel }));
+    el.append(clientsSlot, messagesSection(view, { topic, channel, onChange: () => refresh() }), settingsSection(view, { topic, channel }));
 
     const action = (verb, payload, opts = {}) => () => act(view, {
         verb,
@@ -223,12 +225,14 @@ export async function render(view, { topic, channel }) {
                     nanotohuman(c.connected))))))));
     };
 
-    fill(first);
-    if (!hasNodes) return;
-    refreshEvery(view, el, async () => {
+    // the tables again (live pages every 10 s; after a message action)
+    const refresh = async () => {
         const data = await get(api, { signal: view.signal });
         view.warn(data.message);
         if ((data.nodes || []).length) fill(data);
         if (feed) applyLive(feed);
-    });
+    };
+    fill(first);
+    if (!hasNodes) return;
+    refreshEvery(view, el, refresh);
 }

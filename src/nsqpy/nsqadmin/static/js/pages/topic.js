@@ -1,5 +1,6 @@
 // Topic (/topics/:topic): the topic on every nsqd (and the total), its channels, e2e
-// latency, live charts; actions: empty, delete, pause/unpause, tombstone a producer.
+// latency, live charts, its messages (peek, redrive); actions: empty, delete, pause/unpause,
+// tombstone a producer.
 
 import { del, get, post } from '../api.js';
 import { sparkline } from '../chart.js';
@@ -12,6 +13,7 @@ import {
     act, actionButton, breadcrumb, crossButton, e2eCells, e2eCount, e2eHeads, graphRow,
     graphiteRateCell, memDisk, nodeLink, notice, num, pausedLabel, refreshEvery,
 } from '../widgets.js';
+import { messagesSection } from '../messages.js';
 import { policyCells, policyColumns, policyHeads, settingsSection } from '../settings.js';
 import { liveCharts, policyLines } from './live.js';
 
@@ -69,7 +71,7 @@ export async function render(view, { topic }) {
     });
     el.append(nodesSlot);
     if (panel) el.append(panel);
-    el.append(channelsSlot, settingsSection(view, { topic }));
+    el.append(channelsSlot, messagesSection(view, { topic, onChange: () => refresh() }), settingsSection(view, { topic }));
 
     const action = (verb, payload, opts = {}) => () => act(view, {
         verb,
@@ -242,11 +244,13 @@ export async function render(view, { topic }) {
             h('tbody', null, chRows))));
     };
 
-    fill(first);
-    refreshEvery(view, el, async () => {
+    // the tables again (live pages every 10 s; after a message action)
+    const refresh = async () => {
         const data = await get(api, { signal: view.signal });
         view.warn(data.message);
         if ((data.nodes || []).length) fill(data);
         if (feed) applyLive(feed);
-    });
+    };
+    fill(first);
+    refreshEvery(view, el, refresh);
 }
