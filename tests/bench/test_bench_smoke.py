@@ -183,3 +183,29 @@ def test_bench_crash_smoke() -> None:
     stdout, output = run_bench("bench_crash.py", f"--nsqd-bin={NSQD}", "--delay=1", "--drain=3", timeout=100)
     assert "total 0 of 2950 acknowledged and never FIN'd" in stdout, output
     assert "deferred delivered before due 0" in stdout, output
+
+
+@pytest.mark.timeout(120)
+def test_bench_peek_smoke() -> None:
+    """bench_peek.py fills a channel and a channel-less topic on disk (a small --count) and
+    times /channel/peek and /topic/peek: every answer holds the first n messages in order,
+    and the depths are the same after the peeks as before (it exits 1 otherwise)."""
+    stdout, output = run_bench(
+        "bench_peek.py", "--smoke", "--count=3000", "--json", f"--nsqd-bin={NSQD}", timeout=100
+    )
+    assert "RESULT: OK" in stdout, output
+    assert "depths before and after: unchanged" in stdout, output
+    assert "target: /channel/peek n=10 on 3000 disk messages under 50 ms (warm cache)" in stdout, output
+    summary = json.loads([ln for ln in stdout.splitlines() if ln.startswith('{"tool"')][-1])
+    assert summary["failures"] == [] and summary["count"] == 3000
+    rows = {(r["endpoint"], r["n"], r["cache"]): r for r in summary["rows"]}
+    assert set(rows) == {
+        (endpoint, n, cache)
+        for endpoint in ("/channel/peek", "/topic/peek")
+        for n in (10, 1000)
+        for cache in ("warm", "cold")
+    }
+    for (_, n, cache), r in rows.items():
+        assert r["requests"] == (5 if cache == "warm" else 2), r
+        assert 0 < r["min_ms"] <= r["median_ms"] <= r["p95_ms"] <= r["max_ms"], r
+        assert r["bytes"] > (30_000 if n == 1000 else 100), r
