@@ -367,3 +367,27 @@ def test_readme_other_tools_run(cluster, tmp_path):
         for p in procs:
             p.stop()
         web.shutdown()
+
+
+def test_readme_peek_example_runs(cluster):
+    """The Peek section's curls, as written: the peek shows the first message without taking
+    it, and the redrive answers what the README says and moves both."""
+    _, nsqd = cluster
+    code = examples()["peek"].replace("127.0.0.1:4151", nsqd.http_address)
+    res = subprocess.run(["bash", "-c", code], capture_output=True, text=True, timeout=30)
+    assert res.returncode == 0, res.stderr
+    text = README.read_text()
+    assert res.stdout.startswith("OKOK{"), res.stdout
+    peeked, _, moved = res.stdout[len("OKOK") :].partition("}{")
+    doc = json.loads(peeked + "}")
+    shown = re.search(r"The peek answers\n`(\{.*?\})`", text)
+    assert shown is not None
+    want = json.loads(shown[1].replace('"…"', '"x"').replace("…", "0"))
+    (msg,) = doc["messages"]
+    want["messages"][0].update(id=msg["id"], timestamp=msg["timestamp"])
+    assert doc == want
+    assert json.loads("{" + moved) == {"moved": 2}
+    assert 'and the redrive `{"moved":2}`' in text
+    status, body = nsqd.http_get("/topic/peek?topic=orders")
+    assert status == 200
+    assert [m["body_preview"] for m in json.loads(body)["messages"]] == ["first", "second"]
