@@ -102,10 +102,10 @@ class AdminAuth:
 
         if not self.tokens:
             if bodies and self.gate_bodies:
-                raise HTTPError(403, "FORBIDDEN")
+                raise HTTPError(403, "FORBIDDEN", auth=True)
             return
         status = self.check(request.headers.get("Authorization"))
         if status == 401:
-            raise HTTPError(401, "UNAUTHORIZED", {"WWW-Authenticate": "Bearer"})
+            raise HTTPError(401, "UNAUTHORIZED", {"WWW-Authenticate": "Bearer"}, auth=True)
         if status == 403:
-            raise HTTPError(403, "FORBIDDEN")
+            raise HTTPError(403, "FORBIDDEN", auth=True)

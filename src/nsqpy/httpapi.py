@@ -25,7 +25,7 @@ import socket
 import ssl
 import time
 from collections.abc import Awaitable, Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from urllib.parse import unquote_to_bytes
 
 from aiohttp import web
@@ -33,6 +33,9 @@ from aiohttp import web
 from .daemon import LISTEN_BACKLOG
 from .goflags import format_duration_ns
 from .protocol.names import is_valid_channel_name, is_valid_topic_name
+
+if TYPE_CHECKING:
+    from .adminauth import AdminAuth
 
 __all__ = [
     "JSON_TYPE",
@@ -73,16 +76,28 @@ RAW = "raw"  #: the handler builds its own response (Go's pprof handlers)
 
 Route = tuple[Handler, str, bool]  # handler, response style, logged
 
+#: Who may call a route (an nsqpy addition: ``--admin-token-file``, see :mod:`nsqpy.adminauth`).
+#: Every route of nsqd and nsqlookupd is given one; a test walks them.
+OPEN = "open"  #: anyone: reads that show no message bodies
+ADMIN = "admin"  #: a listed admin token, when the daemon has some: what changes state, /debug
+BODIES = "bodies"  #: as ADMIN, and refused to all when AUTH is on without tokens: peek
+PUBLISH = "publish"  #: /pub, /mpub: open, or under AUTH with --http-publish-auth
+ACCESS_LEVELS = (OPEN, ADMIN, BODIES, PUBLISH)
+
 
 class HTTPError(Exception):
     """Go's ``http_api.Err``: a status code and the message text."""
 
-    def __init__(self, status: int, text: str, headers: dict[str, str] | None = None) -> None:
+    def __init__(
+        self, status: int, text: str, headers: dict[str, str] | None = None, auth: bool = False
+    ) -> None:
         super().__init__(text)
         self.status = status
         self.text = text
         #: extra response headers (``WWW-Authenticate``)
         self.headers = headers
+        #: an access refusal: JSON whatever the route's style
+        self.auth = auth
 
 
 # --- responses ----------------------------------------------------------------------------------
@@ -267,21 +282,52 @@ class Router:
         self.log = log
         #: path → method → (handler, style, logged)
         self.routes: dict[str, dict[str, Route]] = {}
+        #: (method, path as registered) → its access level (None: undecided)
+        self.access: dict[tuple[str, str], str | None] = {}
+        #: checks ADMIN and BODIES routes (None: everyone passes, as in NSQ)
+        self.admin_auth: AdminAuth | None = None
         #: ``/config/:opt``-style routes: (prefix, param name, method → route)
         self.param_routes: list[tuple[str, str, dict[str, Route]]] = []
         self.methods: set[str] = set()
 
-    def route(self, method: str, path: str, handler: Handler, style: str = V1, logged: bool = True) -> None:
+    def route(
+        self,
+        method: str,
+        path: str,
+        handler: Handler,
+        style: str = V1,
+        logged: bool = True,
+        access: str | None = None,
+    ) -> None:
+        """Register ``handler``; ``access`` says who may call it (:data:`ACCESS_LEVELS`):
+        ADMIN and BODIES routes are checked against :attr:`admin_auth` first."""
+        if access is not None and access not in ACCESS_LEVELS:
+            raise ValueError(f"unknown access level {access!r}")
+        self.access[(method, path)] = access
+        if access in (ADMIN, BODIES):
+            handler = self._guarded(handler, access == BODIES)
         self.methods.add(method)
+        self._add(method, path, (handler, style, logged))
+
+    def _add(self, method: str, path: str, route: Route) -> None:
         if "/:" in path:
             prefix, _, name = path.rpartition(":")
             for p, n, table in self.param_routes:
                 if p == prefix and n == name:
-                    table[method] = (handler, style, logged)
+                    table[method] = route
                     return
-            self.param_routes.append((prefix, name, {method: (handler, style, logged)}))
+            self.param_routes.append((prefix, name, {method: route}))
             return
-        self.routes.setdefault(path, {})[method] = (handler, style, logged)
+        self.routes.setdefault(path, {})[method] = route
+
+    def _guarded(self, handler: Handler, bodies: bool) -> Handler:
+        async def guarded(request: web.Request, params: Params) -> Any:
+            auth = self.admin_auth
+            if auth is not None:
+                auth.require(request, bodies=bodies)
+            return await handler(request, params)
+
+        return guarded
 
     def _lookup(self, path: str) -> tuple[dict[str, Route] | None, Params]:
         table = self.routes.get(path)
@@ -379,7 +425,7 @@ class Router:
             data = await handler(request, params)
         except HTTPError as e:
             status = e.status
-            if style == PLAIN:
+            if style == PLAIN and not e.auth:
                 resp = respond_plain(e.text, status)
             else:
                 extra = {"Allow": params["allow"]} if status == 405 and "allow" in params else e.headers

@@ -43,14 +43,15 @@ class Pprof:
         self.extra_index = extra_index
         self._profiling = False
 
-    def install(self, router: Router, index_path: str = "/debug/pprof/") -> None:
-        """Route the index at ``index_path`` and the profiles under ``/debug/pprof/``."""
+    def install(self, router: Router, index_path: str = "/debug/pprof/", access: str | None = None) -> None:
+        """Route the index at ``index_path`` and the profiles under ``/debug/pprof/``, for
+        ``access`` (see :data:`nsqpy.httpapi.ACCESS_LEVELS`)."""
         r = router.route
-        r("GET", index_path, self.pprof_index, RAW, logged=False)
-        r("GET", "/debug/pprof/cmdline", self.pprof_cmdline, RAW, logged=False)
-        r("GET", "/debug/pprof/goroutine", self.pprof_goroutine, RAW, logged=False)
-        r("GET", "/debug/pprof/heap", self.pprof_heap, RAW, logged=False)
-        r("GET", "/debug/pprof/profile", self.pprof_profile, RAW, logged=False)
+        r("GET", index_path, self.pprof_index, RAW, logged=False, access=access)
+        r("GET", "/debug/pprof/cmdline", self.pprof_cmdline, RAW, logged=False, access=access)
+        r("GET", "/debug/pprof/goroutine", self.pprof_goroutine, RAW, logged=False, access=access)
+        r("GET", "/debug/pprof/heap", self.pprof_heap, RAW, logged=False, access=access)
+        r("GET", "/debug/pprof/profile", self.pprof_profile, RAW, logged=False, access=access)
 
     async def pprof_index(self, request: web.Request, params: Params) -> Any:
         return respond_plain(

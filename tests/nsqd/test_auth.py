@@ -257,3 +257,72 @@ async def test_http_publishing_is_not_subject_to_auth(nsqd_auth, authd):
     ):
         assert r.status == 200
     assert authd.requests == []
+
+
+# ---------------------------------------------------------------- --http-publish-auth
+
+
+async def test_http_publish_auth_checks_the_bearer_secret_with_the_auth_server(tmp_path, authd):
+    opts = make_options(tmp_path, auth_http_addresses=[authd.address], http_publish_auth=True)
+    async with NSQD(opts) as d, aiohttp.ClientSession() as s:
+        base = f"http://127.0.0.1:{d.http_port}"
+
+        async def post(path: str, body: bytes, secret: str | None) -> tuple[int, object, dict]:
+            headers = {"Authorization": f"Bearer {secret}"} if secret is not None else {}
+            async with s.post(base + path, data=body, headers=headers) as r:
+                text = await r.text()
+                try:
+                    return r.status, json.loads(text), dict(r.headers)
+                except ValueError:
+                    return r.status, text, dict(r.headers)
+
+        status, doc, headers = await post("/pub?topic=orders", b"x", None)
+        assert (status, doc) == (401, {"message": "UNAUTHORIZED"})
+        assert headers["WWW-Authenticate"] == "Bearer"
+        assert authd.requests == []  # nothing asked without a secret
+        assert (await post("/pub?topic=orders", b"x", "bad"))[:2] == (403, {"message": "FORBIDDEN"})
+        assert (await post("/pub?topic=orders", b"one", "good"))[:2] == (200, "OK")
+        assert (await post("/mpub?topic=orders", b"two\nthree", "good"))[:2] == (200, "OK")
+        # a secret without publish permission on that topic
+        assert (await post("/pub?topic=audit.2024", b"x", "good"))[:2] == (403, {"message": "FORBIDDEN"})
+        assert "audit.2024" not in d.topics  # refused before the topic is made
+        asked = [r["secret"] for r in authd.requests]
+        assert asked == ["bad", "good"]  # the answer is kept for its TTL
+        assert authd.requests[-1]["remote_ip"] == "127.0.0.1" and authd.requests[-1]["tls"] == "false"
+        assert d.topics["orders"].message_count == 3
+        # bad arguments are still Go's answers
+        assert (await post("/pub", b"x", "good"))[:2] == (400, {"message": "MISSING_ARG_TOPIC"})
+        # an auth server that is down: refused, not published
+        authd.answers["slow"] = (500, b"broken")
+        assert (await post("/pub?topic=orders", b"x", "slow"))[:2] == (403, {"message": "FORBIDDEN"})
+        assert d.topics["orders"].message_count == 3
+
+
+async def test_http_publish_auth_expires_with_the_ttl(tmp_path, authd):
+    authd.answers["short"] = {**GRANT, "ttl": 1}
+    opts = make_options(tmp_path, auth_http_addresses=[authd.address], http_publish_auth=True)
+    async with NSQD(opts) as d, aiohttp.ClientSession() as s:
+        url = f"http://127.0.0.1:{d.http_port}/pub?topic=orders"
+        for _ in range(2):
+            async with s.post(url, data=b"x", headers={"Authorization": "Bearer short"}) as r:
+                assert r.status == 200
+        assert len(authd.requests) == 1
+        await asyncio.sleep(1.1)
+        authd.answers["short"] = (403, b"revoked")
+        async with s.post(url, data=b"x", headers={"Authorization": "Bearer short"}) as r:
+            assert r.status == 403
+        assert len(authd.requests) == 2
+
+
+async def test_http_publish_is_open_by_default_even_with_auth(nsqd_auth):
+    """Go's behaviour, kept unless --http-publish-auth is given."""
+    url = f"http://127.0.0.1:{nsqd_auth.http_port}/pub?topic=orders"
+    async with aiohttp.ClientSession() as s, s.post(url, data=b"x") as r:
+        assert r.status == 200
+
+
+def test_http_publish_auth_needs_an_auth_server(tmp_path):
+    from nsqpy.nsqd.options import OptionsError, validate
+
+    with pytest.raises(OptionsError, match="--http-publish-auth needs --auth-http-address"):
+        validate(make_options(tmp_path, http_publish_auth=True))

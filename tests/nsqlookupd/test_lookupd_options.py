@@ -60,6 +60,7 @@ def test_every_flag_of_the_reference():
         "broadcast-address",
         "inactive-producer-timeout",
         "tombstone-lifetime",
+        "admin-token-file",  # an nsqpy addition, after Go's
     ]
 
 

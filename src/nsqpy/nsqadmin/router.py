@@ -7,7 +7,7 @@ the shared router's.
 
 from __future__ import annotations
 
-from ..httpapi import V1, Handler, Params, Router, clean_path
+from ..httpapi import Handler, Params, Router, clean_path
 
 __all__ = ["PatternRouter"]
 
@@ -46,17 +46,16 @@ class PatternRouter(Router):
         #: (segments, method → route), in registration order
         self.patterns: list[tuple[Segments, dict[str, Route]]] = []
 
-    def route(self, method: str, path: str, handler: Handler, style: str = V1, logged: bool = True) -> None:
-        self.methods.add(method)
+    def _add(self, method: str, path: str, route: Route) -> None:
         if "/:" not in path and "/*" not in path:
-            self.routes.setdefault(path, {})[method] = (handler, style, logged)
+            self.routes.setdefault(path, {})[method] = route
             return
         segs = tuple(path.split("/"))
         for pattern, table in self.patterns:
             if pattern == segs:
-                table[method] = (handler, style, logged)
+                table[method] = route
                 return
-        self.patterns.append((segs, {method: (handler, style, logged)}))
+        self.patterns.append((segs, {method: route}))
 
     def _lookup(self, path: str) -> tuple[dict[str, Route] | None, Params]:
         table = self.routes.get(path)

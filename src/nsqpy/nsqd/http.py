@@ -42,8 +42,12 @@ from aiohttp import web
 from .. import NSQ_VERSION
 from ..goflags import go_quote
 from ..httpapi import (
+    ADMIN,
+    BODIES,
     JSON_TYPE,
+    OPEN,
     PLAIN,
+    PUBLISH,
     V1_HEADER,
     HTTPError,
     Params,
@@ -61,6 +65,7 @@ from ..protocol.commands import decode_mpub
 from ..protocol.errors import ProtocolError
 from ..protocol.names import is_valid_topic_name
 from . import peek
+from .auth import AuthError, AuthState
 from .channel import Channel
 from .diskqueue import DiskQueueError
 from .options import InvalidOptionError, OptionsError, config_value, set_config_value
@@ -80,6 +85,8 @@ if TYPE_CHECKING:
 log = logging.getLogger("nsqd")
 
 _INT = re.compile(r"[+-]?[0-9]+")
+#: auth answers kept for --http-publish-auth (all forgotten past it)
+PUBLISH_AUTH_CACHE = 10_000
 
 
 def _ns(seconds: float) -> int:
@@ -122,42 +129,46 @@ class HTTPServer:
         self.router = Router(log)
         #: the Prometheus registry, made at the first GET /metrics
         self._metrics: Any = None
+        #: --http-publish-auth: the auth server's answers by (secret, remote ip, tls, common name)
+        self._publish_auths: dict[tuple[str, str, bool, str], AuthState] = {}
         self.pprof = Pprof(
             "nsqd", mem_stats, "/debug/freememory        POST: gc.collect() and malloc_trim(0)\n"
         )
+        self.router.admin_auth = nsqd.admin_auth
         r = self.router.route
-        r("GET", "/ping", self.ping, PLAIN)
-        r("GET", "/info", self.info)
-        r("POST", "/pub", self.pub, logged=False)
-        r("POST", "/mpub", self.mpub, logged=False)
-        r("GET", "/stats", self.stats)
-        r("GET", "/metrics", self.metrics)
-        r("POST", "/topic/create", self.topic_create)
-        r("POST", "/topic/delete", self.topic_delete)
-        r("POST", "/topic/empty", self.topic_empty)
-        r("POST", "/topic/pause", self.topic_pause)
-        r("POST", "/topic/unpause", self.topic_pause)
-        r("POST", "/channel/create", self.channel_create)
-        r("POST", "/channel/delete", self.channel_delete)
-        r("POST", "/channel/empty", self.channel_empty)
-        r("POST", "/channel/pause", self.channel_pause)
-        r("POST", "/channel/unpause", self.channel_pause)
+        # who may call each route (an nsqpy addition: --admin-token-file; NSQ: everyone)
+        r("GET", "/ping", self.ping, PLAIN, access=OPEN)
+        r("GET", "/info", self.info, access=OPEN)
+        r("POST", "/pub", self.pub, logged=False, access=PUBLISH)
+        r("POST", "/mpub", self.mpub, logged=False, access=PUBLISH)
+        r("GET", "/stats", self.stats, access=OPEN)
+        r("GET", "/metrics", self.metrics, access=OPEN)
+        r("POST", "/topic/create", self.topic_create, access=ADMIN)
+        r("POST", "/topic/delete", self.topic_delete, access=ADMIN)
+        r("POST", "/topic/empty", self.topic_empty, access=ADMIN)
+        r("POST", "/topic/pause", self.topic_pause, access=ADMIN)
+        r("POST", "/topic/unpause", self.topic_pause, access=ADMIN)
+        r("POST", "/channel/create", self.channel_create, access=ADMIN)
+        r("POST", "/channel/delete", self.channel_delete, access=ADMIN)
+        r("POST", "/channel/empty", self.channel_empty, access=ADMIN)
+        r("POST", "/channel/pause", self.channel_pause, access=ADMIN)
+        r("POST", "/channel/unpause", self.channel_pause, access=ADMIN)
         # queue policies (an nsqpy addition)
-        r("GET", "/topic/config", self.topic_config)
-        r("POST", "/topic/config", self.topic_config)
-        r("GET", "/channel/config", self.channel_config)
-        r("POST", "/channel/config", self.channel_config)
+        r("GET", "/topic/config", self.topic_config, access=OPEN)
+        r("POST", "/topic/config", self.topic_config, access=ADMIN)
+        r("GET", "/channel/config", self.channel_config, access=OPEN)
+        r("POST", "/channel/config", self.channel_config, access=ADMIN)
         # peek and acting on one message (an nsqpy addition: see nsqpy.nsqd.peek)
-        r("GET", "/topic/peek", self.topic_peek)
-        r("GET", "/channel/peek", self.channel_peek)
-        r("POST", "/channel/requeue", self.channel_requeue)
-        r("POST", "/channel/remove", self.channel_remove)
-        r("POST", "/topic/redrive", self.topic_redrive)
-        r("GET", "/config/:opt", self.config)
-        r("PUT", "/config/:opt", self.config)
-        self.pprof.install(self.router, "/debug/pprof/")
-        r("PUT", "/debug/setblockrate", self.set_block_rate, PLAIN)
-        r("POST", "/debug/freememory", self.free_memory, PLAIN)
+        r("GET", "/topic/peek", self.topic_peek, access=BODIES)
+        r("GET", "/channel/peek", self.channel_peek, access=BODIES)
+        r("POST", "/channel/requeue", self.channel_requeue, access=BODIES)
+        r("POST", "/channel/remove", self.channel_remove, access=BODIES)
+        r("POST", "/topic/redrive", self.topic_redrive, access=BODIES)
+        r("GET", "/config/:opt", self.config, access=OPEN)
+        r("PUT", "/config/:opt", self.config, access=ADMIN)
+        self.pprof.install(self.router, "/debug/pprof/", access=ADMIN)
+        r("PUT", "/debug/setblockrate", self.set_block_rate, PLAIN, access=ADMIN)
+        r("POST", "/debug/freememory", self.free_memory, PLAIN, access=ADMIN)
 
     async def dispatch(self, request: web.Request) -> web.StreamResponse:
         nsqd = self.nsqd
@@ -251,7 +262,46 @@ class HTTPServer:
                 log.error("TOPIC(%s): failed to sync message(s) - %s", topic.name, err)
                 raise HTTPError(503, "EXITING")
 
+    async def _publish_auth(self, request: web.Request) -> None:
+        """--http-publish-auth: the request's ``Authorization: Bearer <secret>`` must give
+        publish permission on its topic, asked of the auth server as a TCP AUTH is (and
+        cached for the answer's TTL): 401 without one, 403 when it does not."""
+        values = req_params(request)
+        name = get_param(values, "topic")
+        if name is None or not is_valid_topic_name(name):
+            return  # the handler answers MISSING_ARG_TOPIC / INVALID_TOPIC
+        header = request.headers.get("Authorization", "")
+        if not header.startswith("Bearer ") or not header[7:].strip():
+            raise HTTPError(401, "UNAUTHORIZED", {"WWW-Authenticate": "Bearer"}, auth=True)
+        secret = header[7:].strip()
+        tls = request.secure
+        remote_ip = (request.remote or "").rsplit("%", 1)[0]
+        common_name = ""
+        transport = request.transport
+        cert = transport.get_extra_info("peercert") if tls and transport is not None else None
+        for rdn in (cert or {}).get("subject", ()):
+            for key, value in rdn:
+                if key == "commonName":
+                    common_name = value
+        key = (secret, remote_ip, tls, common_name)
+        state = self._publish_auths.get(key)
+        if state is None or state.is_expired():
+            client = self.nsqd.auth_client
+            assert client is not None
+            try:
+                state = await client.query_any(remote_ip, tls, common_name, secret)
+            except AuthError as e:
+                log.warning("HTTP %s: auth failed for %s - %s", request.path, remote_ip, e)
+                raise HTTPError(403, "FORBIDDEN", auth=True) from None
+            if len(self._publish_auths) >= PUBLISH_AUTH_CACHE:
+                self._publish_auths.clear()
+            self._publish_auths[key] = state
+        if not state.is_allowed(name, ""):
+            raise HTTPError(403, "FORBIDDEN", auth=True)
+
     async def pub(self, request: web.Request, params: Params) -> Any:
+        if self.nsqd.options.http_publish_auth:
+            await self._publish_auth(request)
         opts = self.nsqd.options
         max_size = opts.max_msg_size
         length = request.content_length
@@ -280,6 +330,8 @@ class HTTPServer:
         return "OK"
 
     async def mpub(self, request: web.Request, params: Params) -> Any:
+        if self.nsqd.options.http_publish_auth:
+            await self._publish_auth(request)
         opts = self.nsqd.options
         max_body = opts.max_body_size
         length = request.content_length
@@ -434,10 +486,6 @@ class HTTPServer:
 
     # --- peek and acting on one message (an nsqpy addition: see nsqpy.nsqd.peek) -----------------
 
-    def _peek_guard(self, request: web.Request) -> None:
-        """Message bodies and actions on them: the admin token where one is configured."""
-        self.nsqd.admin_auth.require(request, bodies=True)
-
     def _existing_channel(self, request: web.Request) -> Channel:
         topic, name = self._existing_topic(request)
         channel = topic.channels.get(name)
@@ -464,7 +512,6 @@ class HTTPServer:
         return raw.encode("ascii")
 
     async def topic_peek(self, request: web.Request, params: Params) -> Any:
-        self._peek_guard(request)
         values = req_params(request)
         name = get_param(values, "topic")
         if name is None:
@@ -482,7 +529,6 @@ class HTTPServer:
             raise HTTPError(503, "EXITING") from e
 
     async def channel_peek(self, request: web.Request, params: Params) -> Any:
-        self._peek_guard(request)
         n = self._count(req_params(request), peek.DEFAULT_PEEK, peek.MAX_PEEK)
         channel = self._existing_channel(request)
         assert n is not None
@@ -500,7 +546,6 @@ class HTTPServer:
         return None
 
     async def _act(self, request: web.Request, action: Any) -> None:
-        self._peek_guard(request)
         msg_id = self._message_id(req_params(request))
         channel = self._existing_channel(request)
         try:
@@ -514,7 +559,6 @@ class HTTPServer:
             raise HTTPError(500, f"INTERNAL_ERROR - {e}") from None
 
     async def topic_redrive(self, request: web.Request, params: Params) -> Any:
-        self._peek_guard(request)
         values = req_params(request)
         name = get_param(values, "topic")
         if name is None:

@@ -164,6 +164,7 @@ class Options:
     auth_http_addresses: list[str] = field(default_factory=list)
     auth_http_request_method: str = "get"
     admin_token_file: str = ""
+    http_publish_auth: bool = False
     broadcast_address: str = field(default_factory=socket.gethostname)
     broadcast_tcp_port: int = 0
     broadcast_http_port: int = 0
@@ -256,6 +257,12 @@ FLAGS: Final[tuple[Flag, ...]] = (
         cfg="auth_http_addresses",
     ),
     _f("auth-http-request-method", STRING, "HTTP method for auth requests: get or post"),
+    _f(
+        "http-publish-auth",
+        BOOL,
+        "with --auth-http-address, /pub and /mpub need 'Authorization: Bearer <secret>' with "
+        "publish permission from the auth server, as a TCP AUTH (an nsqpy addition)",
+    ),
     _f(
         "admin-token-file",
         STRING,
@@ -378,6 +385,8 @@ def validate(opts: Options) -> None:
         raise OptionsError("cannot require TLS client connections without TLS key and cert")
     if opts.auth_http_request_method not in ("get", "post"):
         raise OptionsError("--auth-http-request-method must be post or get")
+    if opts.http_publish_auth and not opts.auth_http_addresses:
+        raise OptionsError("--http-publish-auth needs --auth-http-address")
     for p in opts.e2e_processing_latency_percentiles:
         if p <= 0 or p > 1:
             raise OptionsError(f"invalid E2E processing latency percentile: {go_float_v(p)}")

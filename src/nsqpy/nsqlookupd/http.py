@@ -20,6 +20,8 @@ from aiohttp import web
 
 from .. import NSQ_VERSION
 from ..httpapi import (
+    ADMIN,
+    OPEN,
     PLAIN,
     HTTPError,
     Params,
@@ -52,23 +54,25 @@ class HTTPServer:
         self.lookupd = lookupd
         self.db = lookupd.db
         self.router = Router(log)
+        self.router.admin_auth = lookupd.admin_auth
         r = self.router.route
-        r("GET", "/ping", self.ping, PLAIN)
-        r("GET", "/info", self.info)
-        r("GET", "/debug", self.debug)
-        r("GET", "/lookup", self.lookup)
-        r("GET", "/topics", self.topics)
-        r("GET", "/channels", self.channels)
-        r("GET", "/nodes", self.nodes)
-        r("POST", "/topic/create", self.topic_create)
-        r("POST", "/topic/delete", self.topic_delete)
-        r("POST", "/channel/create", self.channel_create)
-        r("POST", "/channel/delete", self.channel_delete)
-        r("POST", "/topic/tombstone", self.topic_tombstone)
-        r("GET", "/metrics", self.metrics)
+        # who may call each route (an nsqpy addition: --admin-token-file; NSQ: everyone)
+        r("GET", "/ping", self.ping, PLAIN, access=OPEN)
+        r("GET", "/info", self.info, access=OPEN)
+        r("GET", "/debug", self.debug, access=ADMIN)
+        r("GET", "/lookup", self.lookup, access=OPEN)
+        r("GET", "/topics", self.topics, access=OPEN)
+        r("GET", "/channels", self.channels, access=OPEN)
+        r("GET", "/nodes", self.nodes, access=OPEN)
+        r("POST", "/topic/create", self.topic_create, access=ADMIN)
+        r("POST", "/topic/delete", self.topic_delete, access=ADMIN)
+        r("POST", "/channel/create", self.channel_create, access=ADMIN)
+        r("POST", "/channel/delete", self.channel_delete, access=ADMIN)
+        r("POST", "/topic/tombstone", self.topic_tombstone, access=ADMIN)
+        r("GET", "/metrics", self.metrics, access=OPEN)
         #: the Prometheus registry, made at the first GET /metrics
         self._metrics: Any = None
-        Pprof("nsqlookupd").install(self.router, "/debug/pprof")
+        Pprof("nsqlookupd").install(self.router, "/debug/pprof", access=ADMIN)
 
     async def dispatch(self, request: web.Request) -> web.StreamResponse:
         return await self.router.dispatch(request)

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import asyncio
 import logging
+import signal
 import sys
 
 from .. import daemon
@@ -21,6 +23,8 @@ async def serve(opts: Options) -> None:
     lookupd = NSQLookupd(opts)
     await lookupd.start()
     stop = daemon.stop_on_signals()
+    if opts.admin_token_file:
+        asyncio.get_running_loop().add_signal_handler(signal.SIGHUP, lookupd.admin_auth.reload)
     try:
         # the first lines on stdout: where to reach this node
         print(f"nsqlookupd TCP address: {lookupd.tcp_addr_str}", flush=True)

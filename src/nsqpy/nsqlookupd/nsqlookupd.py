@@ -18,6 +18,7 @@ import socket
 import time
 from typing import Any
 
+from ..adminauth import AdminAuth
 from ..daemon import LISTEN_BACKLOG, Address, address_str, bound_address, bound_port, listen_socket
 from .lookup_protocol_v1 import LookupProtocolV1
 from .options import Options
@@ -47,6 +48,8 @@ class NSQLookupd:
             opts = dataclasses.replace(opts, **overrides)
         self.options = opts
         self.db = RegistrationDB()
+        #: bearer tokens for the HTTP API's changes and /debug (--admin-token-file)
+        self.admin_auth = AdminAuth(opts.admin_token_file, False, log)
         self.clients: set[LookupProtocolV1] = set()
         self.exiting = False
         self._client_numbers = itertools.count(1)

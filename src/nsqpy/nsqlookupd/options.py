@@ -55,6 +55,8 @@ class Options:
     inactive_producer_timeout: float = 300.0
     #: seconds a tombstoned producer stays hidden from ``/lookup``
     tombstone_lifetime: float = 45.0
+    #: bearer tokens the admin routes require (an nsqpy addition), none when empty
+    admin_token_file: str = ""
     #: Field names set by a command-line flag or the config file (not by default).
     explicit: set[str] = field(default_factory=set, repr=False, compare=False)
 
@@ -71,6 +73,12 @@ FLAGS: Final[tuple[Flag, ...]] = (
     _f("broadcast-address", STRING, "address of this nsqlookupd (defaults to the hostname)"),
     _f("inactive-producer-timeout", DURATION, "how long a producer stays listed after its last ping"),
     _f("tombstone-lifetime", DURATION, "how long a tombstoned producer stays hidden while still registered"),
+    _f(
+        "admin-token-file",
+        STRING,
+        "file of bearer tokens (one per line, mode 600) that the HTTP API's changes and /debug "
+        "require (an nsqpy addition; re-read on SIGHUP)",
+    ),
 )
 
 _FLAGSET: Final = FlagSet("nsqlookupd", FLAGS, Options)
