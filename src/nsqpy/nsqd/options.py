@@ -266,8 +266,8 @@ FLAGS: Final[tuple[Flag, ...]] = (
     _f(
         "admin-token-file",
         STRING,
-        "file of bearer tokens (one per line, mode 600) that peek and its actions require "
-        "(an nsqpy addition; re-read on SIGHUP)",
+        "file of bearer tokens (one per line, mode 600) that the HTTP API's changes, peek and "
+        "/debug require (an nsqpy addition; re-read on SIGHUP)",
     ),
     _f("broadcast-address", STRING, "address registered with nsqlookupd"),
     _f("broadcast-tcp-port", INT, "TCP port registered with nsqlookupd (0: the listening port)"),
