@@ -284,6 +284,31 @@ class AuthServer:
         await self.runner.cleanup()
 
 
+# --- credentials files ------------------------------------------------------------------------
+
+
+def htpasswd_entry(user: str, password: str, prefix: str = "$2y$") -> str:
+    """One ``user:hash`` line as ``htpasswd -B`` writes it (bcrypt, ``$2y$``; the cheapest
+    cost, 4, to keep tests fast); ``prefix`` ``$2b$`` or ``$2a$`` for the other variants."""
+    import bcrypt
+
+    hashed = bcrypt.hashpw(password.encode(), bcrypt.gensalt(4)).decode()
+    return f"{user}:{prefix}{hashed[4:]}"
+
+
+def write_htpasswd(path: Path, users: dict[str, str]) -> str:
+    """An htpasswd file of ``users`` (name → password); its path."""
+    path.write_text("".join(htpasswd_entry(u, p) + "\n" for u, p in users.items()))
+    return str(path)
+
+
+def write_token_file(path: Path, *tokens: str) -> str:
+    """An admin token file (mode 600) holding ``tokens``; its path."""
+    path.write_text("".join(t + "\n" for t in tokens))
+    os.chmod(path, 0o600)
+    return str(path)
+
+
 # --- ports and /stats -----------------------------------------------------------------------
 
 

@@ -3,6 +3,8 @@
 
 from __future__ import annotations
 
+import re
+
 import pytest
 
 from nsqpy.nsqadmin import NSQAdmin
@@ -46,7 +48,15 @@ GO_FLAGS = {
     "nsqd-http-address",
     "admin-user",
 }
-OURS = {"stats-sample-interval", "stats-retention"}
+OURS = {
+    "stats-sample-interval",
+    "stats-retention",
+    "htpasswd-file",
+    "session-timeout",
+    "tls-cert",
+    "tls-key",
+    "admin-token-file",
+}
 
 
 def test_flag_set_and_defaults():
@@ -68,7 +78,7 @@ def test_flag_set_and_defaults():
     assert (o.stats_sample_interval, o.stats_retention) == (5.0, 3600.0)
     text = usage()
     for name in OURS:
-        line = text.split(f"  -{name} duration\n", 1)[1].splitlines()[0]
+        line = re.split(rf"  -{name} \w+\n", text, maxsplit=1)[1].splitlines()[0]
         assert "[nsqpy]" in line
     for name in GO_FLAGS:
         assert f"  -{name}" in text

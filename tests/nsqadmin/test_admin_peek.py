@@ -162,10 +162,11 @@ async def test_node_errors(cluster, tmp_path):
     async with running_admin(nsqlookupd_http_addresses=[cluster.lookupd_http]) as (_, http):
         nodes = by_node(await http.json("/api/peek/topics/orders/archive"))
         assert nodes[locked.http_addr_str]["error"] == (
-            "UNAUTHORIZED (this nsqd wants an admin token (--admin-token-file), which nsqadmin does not send)"
+            "UNAUTHORIZED (this nsqd wants an admin token: check nsqadmin's --admin-token-file)"
         )
         assert nodes[gated.http_addr_str]["error"] == (
-            "FORBIDDEN (this nsqd refuses nsqadmin: seeing or changing its messages needs an admin token)"
+            "FORBIDDEN (this nsqd refuses nsqadmin: a token it does not list (check nsqadmin's "
+            "--admin-token-file), or no token where it shows no message bodies without one)"
         )
         assert "peek" in nodes[n0.http_addr_str]
         status, doc = await http.post_json(

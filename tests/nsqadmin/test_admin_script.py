@@ -5,9 +5,14 @@ codes for ``--version``, bad flags and bad options."""
 
 from __future__ import annotations
 
+import base64
 import json
+import signal
+import ssl
 import subprocess
 import sys
+import urllib.error
+import urllib.request
 from pathlib import Path
 
 import pytest
@@ -17,7 +22,8 @@ from e2e.proc import (
     NsqlookupdProcess,
     http_request,
 )
-from support import wait_until
+from support import htpasswd_entry, wait_until, write_htpasswd, write_token_file
+from transport.certs import make_pki
 
 pytestmark = pytest.mark.timeout(90)
 
@@ -136,3 +142,61 @@ def test_exit_codes():
     )
     assert res.returncode == 1
     assert "use --nsqd-http-address or --lookupd-http-address not both" in res.stderr
+
+
+def test_login_over_https_and_sighup(tmp_path):
+    """The script with --htpasswd-file, --tls-cert/--tls-key and --admin-token-file: its
+    HTTPS address line, Basic credentials over HTTPS, SIGHUP re-reading the users; a file of
+    another kind of entry refuses the start, naming the line."""
+    pki = make_pki(tmp_path / "pki")
+    users = tmp_path / "htpasswd"
+    write_htpasswd(users, {"ann": "ann-secret"})
+    token = write_token_file(tmp_path / "token", "t0ken")
+    ctx = ssl.create_default_context(cafile=pki.ca_cert)
+
+    def get(admin: AdminProcess, path: str, user: str, password: str) -> int:
+        creds = base64.b64encode(f"{user}:{password}".encode()).decode()
+        req = urllib.request.Request(
+            f"https://{admin.addresses['HTTPS']}{path}", headers={"Authorization": f"Basic {creds}"}
+        )
+        try:
+            with urllib.request.urlopen(req, timeout=5, context=ctx) as resp:
+                return resp.status
+        except urllib.error.HTTPError as e:
+            return e.code
+
+    admin = AdminProcess(
+        tmp_path / "admin",
+        "--nsqd-http-address=127.0.0.1:4151",
+        f"--htpasswd-file={users}",
+        f"--tls-cert={pki.server_cert}",
+        f"--tls-key={pki.server_key}",
+        f"--admin-token-file={token}",
+        "--stats-sample-interval=0",
+    )
+    try:
+        admin.start()
+        admin.wait_for_addresses(("HTTPS",))
+        assert get(admin, "/ping", "", "") == 200
+        assert get(admin, "/api/session", "ann", "ann-secret") == 200
+        assert get(admin, "/api/session", "bob", "bob-secret") == 401
+        write_htpasswd(users, {"ann": "ann-secret", "bob": "bob-secret"})
+        admin.send_signal(signal.SIGHUP)
+        wait_until(lambda: get(admin, "/api/session", "bob", "bob-secret") == 200, 10, "bob after SIGHUP")
+        assert admin.is_running()
+    finally:
+        code = admin.stop()
+    assert code == 0, admin.describe()
+    assert "htpasswd: 2 user(s) read from" in admin.stderr()
+    assert "Traceback" not in admin.stderr(), admin.describe(20000)
+
+    users.write_text(htpasswd_entry("ann", "x") + "\nbob:$apr1$XntAo1RU$R9/rw0lx7XTKJPVakRLAY.\n")
+    res = run_module(
+        "--http-address=127.0.0.1:0", "--nsqd-http-address=127.0.0.1:4151", f"--htpasswd-file={users}"
+    )
+    assert res.returncode == 1
+    assert (
+        f"FATAL: failed to instantiate nsqadmin - --htpasswd-file: {users} line 2 (user 'bob') is an MD5 "
+        "($apr1$) entry: only bcrypt entries are accepted (make them with htpasswd -B)"
+    ) in res.stderr
+    assert "Traceback" not in res.stderr

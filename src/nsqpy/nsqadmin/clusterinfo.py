@@ -55,8 +55,11 @@ def _q(s: str) -> str:
 #: what an nsqd's refusal of nsqpy's message endpoints means, said after its code
 _MESSAGE_HINTS = {
     "NOT_FOUND": "this nsqd has no message API: a Go nsqd, or an older nsqpy",
-    "UNAUTHORIZED": "this nsqd wants an admin token (--admin-token-file), which nsqadmin does not send",
-    "FORBIDDEN": "this nsqd refuses nsqadmin: seeing or changing its messages needs an admin token",
+    "UNAUTHORIZED": "this nsqd wants an admin token: check nsqadmin's --admin-token-file",
+    "FORBIDDEN": (
+        "this nsqd refuses nsqadmin: a token it does not list (check nsqadmin's --admin-token-file), "
+        "or no token where it shows no message bodies without one"
+    ),
 }
 
 

@@ -22,25 +22,37 @@ Every route lives under ``--base-path`` (Go's ``path.Join(basePath, route)``):
   ``POST /api/peek/topics/:topic/:channel`` (requeue or remove one message on one nsqd),
   ``POST /api/peek/topics/:topic`` (redrive), answered per node.
 
+With nsqpy's ``--htpasswd-file`` (:mod:`nsqpy.nsqadmin.login`): ``GET``/``POST /login`` (the
+form), ``POST /logout``, ``GET /api/session`` (who is signed in, and the CSRF token); every
+other route but ``/ping``, ``/static/*`` and ``/fonts/*`` needs a session or HTTP Basic
+credentials (``/api/*``, ``/config/*``, ``/render`` and every non-GET answer 401
+``UNAUTHORIZED``, pages redirect to the login), a state-changing request through a session
+needs ``X-CSRF-Token`` (403 ``INVALID_CSRF_TOKEN``), one sent from another site is refused
+(403 ``CROSS_SITE_REQUEST``), and a client address that failed 5 logins in a minute is
+answered 429 ``TOO_MANY_FAILED_LOGINS`` (``Retry-After``).
+
 Reads answer 200 with ``"message": "WARNING: <errors>"`` when some node did not answer (what
 the others said is there), 502 ``UPSTREAM_ERROR: <error>`` when nothing could be read.
 Actions answer 403 ``FORBIDDEN`` when ``--admin-user`` is set and the ``--acl-http-header``
-user is not one of them, and are announced to ``--notification-http-endpoint``.
+user (with ``--htpasswd-file``: the signed-in user) is not one of them, and are announced to
+``--notification-http-endpoint``.
 """
 
 from __future__ import annotations
 
 import asyncio
 import base64
+import html as html_lib
 import ipaddress
 import json
 import logging
 import mimetypes
 import posixpath
 import socket
+import ssl
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
-from urllib.parse import quote_plus
+from urllib.parse import parse_qs, quote, quote_plus, urlsplit
 
 import aiohttp
 import yarl
@@ -57,11 +69,13 @@ from ..httpapi import (
     get_param,
     parse_query,
     read_max,
+    respond_v1_error,
     serve,
 )
 from ..protocol.names import is_valid_channel_name, is_valid_topic_name
 from .clusterinfo import ClusterInfo, is_partial
 from .httpclient import HTTPClientError, go_json_error
+from .login import CSRF_HEADER, IDENTITY, Identity, LoginRefused, Session
 from .options import config_value, parse_cidr
 from .router import PatternRouter
 from .types import TopicStats, go_number
@@ -73,9 +87,11 @@ __all__ = [
     "STATIC_DIR",
     "HTTPServer",
     "decode_body",
+    "expand_base_paths",
     "join_base",
     "maybe_warn_msg",
     "render_index",
+    "render_login",
     "start_http",
 ]
 
@@ -162,6 +178,51 @@ def _script_json(obj: Any) -> str:
     )
 
 
+def expand_base_paths(html: str, base_path: str) -> str:
+    """Go's template function: ``{{basePath "/static/app.js"}}`` → the path under
+    ``--base-path``."""
+    out = []
+    i = 0
+    marker = '{{basePath "'
+    while True:
+        j = html.find(marker, i)
+        if j == -1:
+            out.append(html[i:])
+            break
+        end = html.find('"}}', j + len(marker))
+        if end == -1:
+            out.append(html[i:])
+            break
+        out.append(html[i:j])
+        out.append(join_base(base_path, html[j + len(marker) : end]))
+        i = end + 3
+    return "".join(out)
+
+
+def render_login(
+    html: str, base_path: str, version: str, next_path: str, user: str, alert: str, kind: str
+) -> str:
+    """The login page (``static/login.html``): ``{{.Version}}``, ``{{.Next}}`` (where to go
+    after), ``{{.User}}`` (the name typed before) and ``{{.Alert}}`` (a message box of
+    ``kind``, or nothing), all HTML-escaped."""
+    esc = html_lib.escape
+    box = ""
+    if alert:
+        role = "alert" if kind == "error" else "status"
+        box = (
+            f'<div class="alert alert-{esc(kind)}" role="{role}" data-alert="{esc(kind)}">{esc(alert)}</div>'
+        )
+    html = expand_base_paths(html, base_path)
+    for name, text in (
+        ("Version", esc(version)),
+        ("Next", esc(next_path)),
+        ("User", esc(user)),
+        ("Alert", box),
+    ):
+        html = html.replace("{{." + name + "}}", text)
+    return html
+
+
 def render_index(html: str, values: dict[str, Any], base_path: str) -> str:
     """Render ``index.html`` for one request.
 
@@ -178,22 +239,7 @@ def render_index(html: str, values: dict[str, Any], base_path: str) -> str:
       ``STATSD_GAUGE_FORMAT``, ``STATSD_PREFIX``, ``NSQLOOKUPD``, ``USER_AGENT``) and
       ``NSQADMIN``, an object with all of them plus the time-series settings.
     """
-    out = []
-    i = 0
-    marker = '{{basePath "'
-    while True:
-        j = html.find(marker, i)
-        if j == -1:
-            out.append(html[i:])
-            break
-        end = html.find('"}}', j + len(marker))
-        if end == -1:
-            out.append(html[i:])
-            break
-        out.append(html[i:j])
-        out.append(join_base(base_path, html[j + len(marker) : end]))
-        i = end + 3
-    html = "".join(out)
+    html = expand_base_paths(html, base_path)
     fields = {
         "Version": _js_string(values["version"]),
         "ProxyGraphite": "true" if values["proxy_graphite"] else "false",
@@ -343,8 +389,17 @@ class HTTPServer:
             r("GET", "/api/series/topics", self.series_topics)
             r("GET", "/api/series/topics/:topic", self.series_topic)
             r("GET", "/api/series/topics/:topic/:channel", self.series_channel)
+        if admin.login is not None:
+            r("GET", "/login", self.login_page, RAW)
+            r("POST", "/login", self.login_submit, RAW)
+            r("POST", "/logout", self.logout, RAW)
+            r("GET", "/api/session", self.session_info)
 
     async def dispatch(self, request: web.Request) -> web.StreamResponse:
+        if self.admin.login is not None:
+            refusal = await self._gate(request)
+            if refusal is not None:
+                return refusal
         resp = await self.router.dispatch(request)
         # Go's CompressHandler: gzip/deflate when the client accepts it
         accept = request.headers.get("Accept-Encoding", "")
@@ -357,12 +412,228 @@ class HTTPServer:
         return self.admin.options
 
     def is_authorized_admin_request(self, request: web.Request) -> bool:
-        """Go's ``isAuthorizedAdminRequest``: with no ``--admin-user`` everyone is."""
+        """Go's ``isAuthorizedAdminRequest``: with no ``--admin-user`` everyone is. With
+        ``--htpasswd-file`` the user is the signed-in one (the ACL header is not read)."""
         admin_users = self.opts.admin_users
+        if self.admin.login is not None:
+            identity = request.get(IDENTITY)
+            return identity is not None and (not admin_users or identity.user in admin_users)
         if not admin_users:
             return True
         user = request.headers.get(self.opts.acl_http_header, "")
         return user in admin_users
+
+    # --- nsqpy: the login ---------------------------------------------------------------------
+
+    def _relative(self, path: str) -> str | None:
+        """``path`` under ``--base-path`` (``/api/topics``), or None when outside it."""
+        base = self.opts.base_path
+        if base == "/":
+            return path
+        if path == base:
+            return "/"
+        return path[len(base) :] if path.startswith(base + "/") else None
+
+    async def _gate(self, request: web.Request) -> web.StreamResponse | None:
+        """Who the request is (set as its :data:`IDENTITY`), or the response refusing it."""
+        login = self.admin.login
+        assert login is not None
+        rel = self._relative(request.path)
+        if rel is None or rel == "/ping" or rel.startswith(("/static/", "/fonts/")):
+            return None
+        if rel in ("/login", "/logout"):
+            return None  # their handlers check what they need
+        method = request.method
+        changes = method not in ("GET", "HEAD", "OPTIONS")
+        session = login.session(request)
+        identity: Identity | None = Identity(session.user, session) if session is not None else None
+        if identity is None:
+            try:
+                identity = await login.basic(request)
+            except LoginRefused as e:
+                return await self._refuse(
+                    request, 429, "TOO_MANY_FAILED_LOGINS", {"Retry-After": str(e.retry_after)}
+                )
+            except PermissionError:
+                return await self._refuse(request, 401, "UNAUTHORIZED", self._challenge(request))
+        if identity is None:
+            if changes or rel == "/api" or rel.startswith(("/api/", "/config/")) or rel == "/render":
+                return await self._refuse(request, 401, "UNAUTHORIZED", self._challenge(request))
+            qs = request.rel_url.raw_query_string
+            target = request.rel_url.raw_path + ("?" + qs if qs else "")
+            location = join_base(self.opts.base_path, "/login") + "?next=" + quote(target, safe="/")
+            return await self._refuse(request, 302, "", {"Location": location})
+        if changes:
+            if self._cross_site(request):
+                return await self._refuse(request, 403, "CROSS_SITE_REQUEST")
+            if identity.session is not None and not login.csrf_ok(
+                identity.session, request.headers.get(CSRF_HEADER)
+            ):
+                return await self._refuse(request, 403, "INVALID_CSRF_TOKEN")
+        request[IDENTITY] = identity
+        return None
+
+    async def _refuse(
+        self, request: web.Request, status: int, text: str, headers: dict[str, str] | None = None
+    ) -> web.StreamResponse:
+        """A refusal, logged as the router logs every answer."""
+
+        async def refuse(request: web.Request, params: Params) -> Any:
+            if status == 302:
+                return web.Response(status=302, headers=headers)
+            raise HTTPError(status, text, headers)
+
+        return await self.router.call(request, (refuse, V1, True), {})
+
+    @staticmethod
+    def _challenge(request: web.Request) -> dict[str, str]:
+        """``WWW-Authenticate: Basic`` for curl and scripts; not to the pages' own requests
+        (``X-Requested-With``), which would make the browser ask for a password itself."""
+        if request.headers.get("X-Requested-With"):
+            return {}
+        return {"WWW-Authenticate": 'Basic realm="nsqadmin", charset="UTF-8"'}
+
+    @staticmethod
+    def _cross_site(request: web.Request) -> bool:
+        """A browser's request sent by another site's page (credentials a browser remembers,
+        HTTP Basic ones included, must not act for it)."""
+        if request.headers.get("Sec-Fetch-Site", "") == "cross-site":
+            return True
+        origin = request.headers.get("Origin")
+        if origin is None:
+            return False
+        return origin == "null" or urlsplit(origin).netloc.lower() != (request.host or "").lower()
+
+    @staticmethod
+    def _secure(request: web.Request) -> bool:
+        return request.secure or request.headers.get("X-Forwarded-Proto", "").lower() == "https"
+
+    def _cookie_path(self) -> str:
+        return str(self.opts.base_path)
+
+    def _next_path(self, raw: str | None) -> str:
+        """Where to go after the login: a path under ``--base-path`` on this server, else the
+        base path."""
+        base: str = self.opts.base_path
+        if (
+            not raw
+            or not raw.startswith("/")
+            or raw.startswith("//")
+            or "\\" in raw
+            or any(ord(c) < 0x20 for c in raw)
+        ):
+            return base
+        rel = self._relative(urlsplit(raw).path)
+        if rel is None or rel in ("/login", "/logout"):
+            return base
+        return raw
+
+    async def _login_html(
+        self,
+        status: int,
+        next_path: str,
+        user: str = "",
+        alert: str = "",
+        kind: str = "error",
+        headers: dict[str, str] | None = None,
+    ) -> web.Response:
+        template = await self._read_static("login.html") or b""
+        page = render_login(
+            template.decode("utf-8", "replace"),
+            self.opts.base_path,
+            NSQ_VERSION,
+            next_path,
+            user,
+            alert,
+            kind,
+        )
+        h = {"Content-Type": "text/html; charset=utf-8", **self._page_headers(), **(headers or {})}
+        return web.Response(status=status, body=page.encode(), headers=h)
+
+    def _page_headers(self) -> dict[str, str]:
+        """With a login: pages are not cached (they hold a CSRF token) nor framed."""
+        if self.admin.login is None:
+            return {}
+        return {
+            "Cache-Control": "no-store",
+            "X-Frame-Options": "DENY",
+            "Content-Security-Policy": "frame-ancestors 'none'",
+            "Referrer-Policy": "same-origin",
+        }
+
+    async def login_page(self, request: web.Request, params: Params) -> Any:
+        values, _ = parse_query(request.rel_url.raw_query_string)
+        next_path = self._next_path(get_param(values, "next"))
+        login = self.admin.login
+        assert login is not None
+        if login.session(request) is not None:
+            return web.Response(status=303, headers={"Location": next_path, "Cache-Control": "no-store"})
+        if get_param(values, "signed_out") is not None:
+            return await self._login_html(200, next_path, alert="You have signed out.", kind="success")
+        return await self._login_html(200, next_path)
+
+    async def login_submit(self, request: web.Request, params: Params) -> Any:
+        login = self.admin.login
+        assert login is not None
+        body = await read_max(request, 65536)
+        form = parse_qs(body.decode("utf-8", "replace"), keep_blank_values=True)
+        user = (form.get("user") or [""])[0]
+        password = (form.get("password") or [""])[0]
+        next_path = self._next_path((form.get("next") or [""])[0])
+        if self._cross_site(request):
+            return await self._login_html(
+                403, next_path, user, "Sign-in refused: the form was sent from another site."
+            )
+        try:
+            ok = await login.attempt(request.remote or "", user, password, "form")
+        except LoginRefused as e:
+            return await self._login_html(
+                429,
+                next_path,
+                user,
+                f"Too many failed sign-ins from your address: try again in {e.retry_after} s.",
+                headers={"Retry-After": str(e.retry_after)},
+            )
+        if not ok:
+            return await self._login_html(401, next_path, user, "Wrong user name or password.")
+        session = login.start_session(user)
+        log.info("login: user %r from %s", user, request.remote)
+        resp = web.Response(status=303, headers={"Location": next_path, "Cache-Control": "no-store"})
+        login.set_cookie(resp, session, self._cookie_path(), self._secure(request))
+        return resp
+
+    async def logout(self, request: web.Request, params: Params) -> Any:
+        """End the session (its CSRF token in ``X-CSRF-Token`` or the form's ``csrf_token``),
+        then the login page."""
+        login = self.admin.login
+        assert login is not None
+        session = login.session(request)
+        if session is not None:
+            token = request.headers.get(CSRF_HEADER)
+            if token is None:
+                form = parse_qs((await read_max(request, 65536)).decode("utf-8", "replace"))
+                token = (form.get("csrf_token") or [""])[0]
+            if self._cross_site(request) or not login.csrf_ok(session, token):
+                return respond_v1_error(403, "INVALID_CSRF_TOKEN")
+            login.end_session(session)
+            log.info("logout: user %r from %s", session.user, request.remote)
+        location = join_base(self.opts.base_path, "/login") + "?signed_out=1"
+        resp = web.Response(status=303, headers={"Location": location, "Cache-Control": "no-store"})
+        login.clear_cookie(resp, self._cookie_path(), self._secure(request))
+        return resp
+
+    async def session_info(self, request: web.Request, params: Params) -> Any:
+        """Who is signed in: ``{"user", "is_admin", "via": "session" | "basic",
+        "csrf_token" (a session's; "" for HTTP Basic), "expires" (unix seconds or null)}``."""
+        identity = request[IDENTITY]
+        session: Session | None = identity.session
+        return {
+            "user": identity.user,
+            "is_admin": self.is_authorized_admin_request(request),
+            "via": "session" if session is not None else "basic",
+            "csrf_token": session.csrf_token if session is not None else "",
+            "expires": int(session.expires_at) if session is not None else None,
+        }
 
     def _require_admin(self, request: web.Request) -> None:
         if not self.is_authorized_admin_request(request):
@@ -396,11 +667,23 @@ class HTTPServer:
         opts = self.opts
         base = opts.base_path
         sampler = self.admin.sampler
+        identity = request.get(IDENTITY)
+        if self.admin.login is not None:
+            user = identity.user if identity is not None else ""
+        else:
+            user = request.headers.get(opts.acl_http_header, "") if opts.acl_http_header else ""
+        session = identity.session if identity is not None else None
         return {
             "version": NSQ_VERSION,
             "base_path": base,
             "is_admin": self.is_authorized_admin_request(request),
-            "user": request.headers.get(opts.acl_http_header, "") if opts.acl_http_header else "",
+            "user": user,
+            # nsqpy's --htpasswd-file: how the page signs out and signs its actions
+            "login": {
+                "enabled": self.admin.login is not None,
+                "via": "" if identity is None else "session" if session is not None else "basic",
+                "csrf_token": session.csrf_token if session is not None else "",
+            },
             "proxy_graphite": opts.proxy_graphite,
             "graph_enabled": opts.graphite_url != "",
             "graphite_url": opts.graphite_url,
@@ -445,7 +728,7 @@ class HTTPServer:
     async def index(self, request: web.Request, params: Params) -> Any:
         asset = await self._read_static("index.html") or b""
         html = render_index(asset.decode("utf-8", "replace"), self.page_values(request), self.opts.base_path)
-        return web.Response(body=html.encode(), headers={"Content-Type": "text/html"})
+        return web.Response(body=html.encode(), headers={"Content-Type": "text/html", **self._page_headers()})
 
     async def static_asset(self, request: web.Request, params: Params) -> Any:
         name = params["asset"]
@@ -630,7 +913,7 @@ class HTTPServer:
         url = f"{self.opts.graphite_url}/render?{query}"
         log.info("GRAPHITE: %s", url)
         try:
-            response = await self.admin.client.get_v1(url)
+            response = await self.admin.client.get_v1(url, auth=False)
         except HTTPClientError as e:
             log.error("graphite request failed - %s", e)
             raise HTTPError(500, "INTERNAL_ERROR") from None
@@ -869,6 +1152,8 @@ class HTTPServer:
                 raise HTTPError(403, "FORBIDDEN")
 
         if request.method == "PUT":
+            if self.admin.login is not None:
+                self._require_admin(request)  # (Go has no users to ask: anyone in the CIDR)
             limit = 1024 * 1024 + 1
             body = await read_max(request, limit)
             if len(body) == limit or not body:
@@ -981,6 +1266,8 @@ def _query_error(raw: str) -> str:
     return "invalid query"
 
 
-async def start_http(admin: NSQAdmin, sock: socket.socket) -> web.AppRunner:
-    """Serve nsqadmin on an already-bound listening socket."""
-    return await serve(HTTPServer(admin).dispatch, sock)
+async def start_http(
+    admin: NSQAdmin, sock: socket.socket, ssl_context: ssl.SSLContext | None = None
+) -> web.AppRunner:
+    """Serve nsqadmin on an already-bound listening socket (HTTPS with ``ssl_context``)."""
+    return await serve(HTTPServer(admin).dispatch, sock, ssl_context)

@@ -8,6 +8,8 @@
 - Timeouts as Go's deadline transport: ``--http-client-connect-timeout`` for the connection,
   ``--http-client-request-timeout`` for the whole request; TLS as the ``--http-client-tls-*``
   options say.
+- ``bearer_token`` (nsqpy's ``--admin-token-file``) goes to nsqd and nsqlookupd as
+  ``Authorization: Bearer``, never to graphite (``auth=False``).
 - Errors read like Go's ``net/http`` ones (``Get "http://…": dial tcp …: connect: connection
   refused``), because they end up verbatim in nsqadmin's ``message`` and 502 bodies.
 """
@@ -115,6 +117,8 @@ class Client:
         self.ssl_context = ssl_context
         self.connect_timeout = connect_timeout
         self.request_timeout = request_timeout
+        #: sent as ``Authorization: Bearer`` to nsqd and nsqlookupd ("" sends none)
+        self.bearer_token = ""
         self._session: aiohttp.ClientSession | None = None
 
     def session(self) -> aiohttp.ClientSession:
@@ -164,9 +168,11 @@ class Client:
         except (aiohttp.ClientError, OSError, TimeoutError, ValueError) as e:
             raise _go_error(method, url, e) from None
 
-    async def _v1(self, method: str, endpoint: str, payload: Any = None) -> bytes:
+    async def _v1(self, method: str, endpoint: str, payload: Any = None, auth: bool = True) -> bytes:
         while True:
             headers = {"Accept": ACCEPT_V1}
+            if auth and self.bearer_token:
+                headers["Authorization"] = f"Bearer {self.bearer_token}"
             body = None
             if payload is not None:
                 body = json.dumps(payload).encode()
@@ -179,9 +185,10 @@ class Client:
                 continue
             raise HTTPClientError(f"got response {status_line} {go_quote(_text(data))}", _message(data))
 
-    async def get_v1(self, endpoint: str) -> Any:
-        """Go's ``GETV1``: the decoded JSON body of a 200 answer."""
-        data = await self._v1("GET", endpoint)
+    async def get_v1(self, endpoint: str, auth: bool = True) -> Any:
+        """Go's ``GETV1``: the decoded JSON body of a 200 answer (``auth=False``: without
+        the admin token, for graphite)."""
+        data = await self._v1("GET", endpoint, auth=auth)
         try:
             return json.loads(data)
         except json.JSONDecodeError as e:

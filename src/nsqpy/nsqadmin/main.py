@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import asyncio
 import logging
+import signal
 import sys
 
 from .. import daemon
@@ -16,9 +18,11 @@ async def serve(opts: Options) -> None:
     admin = NSQAdmin(opts)
     await admin.start()
     stop = daemon.stop_on_signals()
+    if opts.admin_token_file or opts.htpasswd_file:
+        asyncio.get_running_loop().add_signal_handler(signal.SIGHUP, admin.reload)
     try:
         # the first line on stdout: where to reach it
-        print(f"nsqadmin HTTP address: {admin.http_addr_str}", flush=True)
+        print(f"nsqadmin {admin.scheme.upper()} address: {admin.http_addr_str}", flush=True)
         await stop.wait()
     finally:
         await admin.stop()

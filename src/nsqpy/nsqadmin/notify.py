@@ -9,7 +9,8 @@ Each action (``create_topic``, ``create_channel``, ``delete_topic``, ``delete_ch
 
     {"action": "...", "topic": "...", "channel": "..." (omitted if empty),
      "node": "..." (omitted if empty), "timestamp": <unix seconds>,
-     "user": "<HTTP Basic auth user>" (omitted if empty), "remote_ip": "<ip:port>",
+     "user": "<HTTP Basic auth user>" (omitted if empty; with nsqpy's --htpasswd-file the
+     signed-in user), "remote_ip": "<ip:port>",
      "user_agent": "...", "url": "<scheme>://<host><path>[?query]", "via": "<hostname>"}
 
 One worker posts them in order (never blocking the request that caused them), with the
@@ -31,6 +32,7 @@ import aiohttp
 from aiohttp import web
 
 from ..httpapi import go_json
+from .login import IDENTITY
 
 if TYPE_CHECKING:
     from .nsqadmin import NSQAdmin
@@ -76,7 +78,8 @@ def admin_action(action: str, topic: str, channel: str, node: str, request: web.
     if node:
         doc["node"] = node
     doc["timestamp"] = int(time.time())
-    user = basic_auth_user(request)
+    identity = request.get(IDENTITY)
+    user = identity.user if identity is not None else basic_auth_user(request)
     if user:
         doc["user"] = user
     doc["remote_ip"] = _remote_addr(request)

@@ -1,5 +1,5 @@
-"""NSQAdmin: the web UI daemon object. Owns the HTTP listener, the cluster client, the
-notification worker and the time-series sampler.
+"""NSQAdmin: the web UI daemon object. Owns the HTTP(S) listener, the cluster client, the
+notification worker, the time-series sampler and (nsqpy's ``--htpasswd-file``) the login.
 
 Use it in-process::
 
@@ -11,14 +11,18 @@ Use it in-process::
 from __future__ import annotations
 
 import dataclasses
+import ipaddress
 import logging
 import socket
+import ssl
 from typing import Any
 
 from .. import daemon
+from ..adminauth import AdminTokenError, read_token_file
 from ..daemon import Address, address_str, bound_address
 from .clusterinfo import ClusterInfo
 from .httpclient import Client
+from .login import Login
 from .notify import Notifier
 from .options import Options, OptionsError, client_ssl_context, validate
 from .series import Sampler
@@ -55,6 +59,10 @@ class NSQAdmin:
         self.ci = ClusterInfo(self.client)
         self.notifier = Notifier(self)
         self.sampler: Sampler | None = None
+        #: the users and sessions of --htpasswd-file (None: no login, as Go's nsqadmin)
+        self.login: Login | None = None
+        #: HTTPS with --tls-cert/--tls-key
+        self.tls_context: ssl.SSLContext | None = None
         self.exiting = False
         self._http_runner: Any = None
         self._started = False
@@ -67,6 +75,18 @@ class NSQAdmin:
         opts = self.options
         validate(opts)
         self.client.ssl_context = client_ssl_context(opts)
+        self.client.bearer_token = self._read_token()
+        if opts.htpasswd_file:
+            self.login = Login(opts.htpasswd_file, opts.session_timeout)
+        if opts.tls_cert:
+            from ..transport import TransportError, server_tls_context
+
+            try:
+                ctx = server_tls_context(opts.tls_cert, opts.tls_key, min_version="tls1.2")
+            except (OSError, ValueError, ssl.SSLError, TransportError) as e:
+                raise OptionsError(f"failed to build TLS config - {e}") from None
+            assert isinstance(ctx, ssl.SSLContext)  # (no client certificates asked)
+            self.tls_context = ctx
         log.info(daemon.version_string("nsqadmin"))
         if opts.stats_sample_interval > 0:
             # the sampler polls every few seconds: its queries are logged at DEBUG
@@ -76,13 +96,15 @@ class NSQAdmin:
             from .http import start_http
 
             self.http_address = bound_address(sock)
-            self._http_runner = await start_http(self, sock)
+            self._http_runner = await start_http(self, sock, self.tls_context)
         except BaseException:
             sock.close()
             await self.client.close()
             raise
         self._started = True
-        log.info("HTTP: listening on %s", self.http_addr_str)
+        log.info("%s: listening on %s", self.scheme.upper(), self.http_addr_str)
+        if self.login is not None:
+            self._warn_login_setup()
         self.notifier.start()
         if self.sampler is not None:
             self.sampler.start()
@@ -106,6 +128,47 @@ class NSQAdmin:
     async def __aexit__(self, *exc: object) -> None:
         await self.stop()
 
+    # --- nsqpy: credentials ------------------------------------------------------------------
+
+    def _read_token(self) -> str:
+        """The first token of --admin-token-file ("" without one); OptionsError if unusable."""
+        path = self.options.admin_token_file
+        if not path:
+            return ""
+        try:
+            return read_token_file(path)[0].decode("utf-8", "replace")
+        except AdminTokenError as e:
+            raise OptionsError(str(e)) from None
+
+    def reload(self) -> None:
+        """SIGHUP: read --admin-token-file and --htpasswd-file again (a file that cannot be
+        used keeps what was read before, logged)."""
+        if self.options.admin_token_file:
+            try:
+                self.client.bearer_token = self._read_token()
+            except OptionsError as e:
+                log.error("%s (keeping the admin token read before)", e)
+            else:
+                log.info("admin token: read from %s", self.options.admin_token_file)
+        if self.login is not None:
+            self.login.reload()
+
+    def _warn_login_setup(self) -> None:
+        assert self.login is not None
+        for user in self.options.admin_users:
+            if user not in self.login.users:
+                log.warning("--admin-user %s is not a user of --htpasswd-file", user)
+        host = self.http_address[0] if isinstance(self.http_address, tuple) else ""
+        try:
+            loopback = ipaddress.ip_address(host).is_loopback
+        except ValueError:
+            loopback = False
+        if self.tls_context is None and not loopback:
+            log.warning(
+                "--htpasswd-file without --tls-cert: passwords and session cookies cross the "
+                "network in clear text unless a TLS proxy is in front"
+            )
+
     # --- options ----------------------------------------------------------------------------
 
     def swap_options(self, **changes: Any) -> None:
@@ -115,6 +178,10 @@ class NSQAdmin:
             log.setLevel(daemon.LEVELS.get(self.options.log_level, logging.INFO))
 
     # --- addresses ----------------------------------------------------------------------------
+
+    @property
+    def scheme(self) -> str:
+        return "https" if self.tls_context is not None else "http"
 
     @property
     def http_port(self) -> int:

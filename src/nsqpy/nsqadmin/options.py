@@ -6,8 +6,11 @@ Parsing follows the Go daemon (``apps/nsqadmin``): Go ``flag`` syntax, then an o
 ``nsqlookupd_http_addresses``, ``nsqd_http_addresses`` and ``admin_users``) for flags not
 given on the command line; machinery in :mod:`nsqpy.goflags`. Durations are float seconds.
 
-Two flags are nsqpy additions (marked ``[nsqpy]`` in ``-help``): ``--stats-sample-interval``
-and ``--stats-retention`` drive the built-in time series (:mod:`nsqpy.nsqadmin.series`).
+nsqpy's own flags are marked ``[nsqpy]`` in ``-help``: ``--stats-sample-interval`` and
+``--stats-retention`` drive the built-in time series (:mod:`nsqpy.nsqadmin.series`);
+``--htpasswd-file`` and ``--session-timeout`` turn on the login (:mod:`nsqpy.nsqadmin.login`);
+``--tls-cert``/``--tls-key`` serve HTTPS; ``--admin-token-file`` names the token sent to
+nsqd and nsqlookupd (:mod:`nsqpy.adminauth`).
 """
 
 from __future__ import annotations
@@ -88,6 +91,15 @@ class Options:
     stats_sample_interval: float = 5.0
     #: [nsqpy] seconds of samples kept in memory
     stats_retention: float = 3600.0
+    #: [nsqpy] Apache htpasswd file of bcrypt entries: turns on the login (pages and /api/*)
+    htpasswd_file: str = ""
+    #: [nsqpy] seconds a login session lasts
+    session_timeout: float = 12 * 3600.0
+    #: [nsqpy] serve HTTPS with this certificate and key (PEM)
+    tls_cert: str = ""
+    tls_key: str = ""
+    #: [nsqpy] file of admin tokens; the first is sent to nsqd and nsqlookupd as a Bearer token
+    admin_token_file: str = ""
     #: Field names set by a command-line flag or the config file (not by default).
     explicit: set[str] = field(default_factory=set, repr=False, compare=False)
 
@@ -161,6 +173,22 @@ FLAGS: Final[tuple[Flag, ...]] = (
         "charts (0 disables the sampler and /api/series)",
     ),
     _f("stats-retention", DURATION, "[nsqpy] how much sampled history to keep in memory"),
+    _f(
+        "htpasswd-file",
+        STRING,
+        "[nsqpy] Apache htpasswd file of bcrypt entries (htpasswd -B): every page and /api/* then "
+        "needs a login or HTTP Basic credentials; --admin-user names the admins among its users "
+        "(re-read on SIGHUP)",
+    ),
+    _f("session-timeout", DURATION, "[nsqpy] how long a login lasts (with --htpasswd-file)"),
+    _f("tls-cert", STRING, "[nsqpy] path to a certificate file: serve HTTPS on --http-address"),
+    _f("tls-key", STRING, "[nsqpy] path to the private key file of --tls-cert"),
+    _f(
+        "admin-token-file",
+        STRING,
+        "[nsqpy] file of admin tokens (one a line, mode 600): the first is sent as "
+        "'Authorization: Bearer' to every nsqd and nsqlookupd (re-read on SIGHUP)",
+    ),
 )
 
 _FLAGSET: Final = FlagSet("nsqadmin", FLAGS, Options)
@@ -314,4 +342,10 @@ def validate(opts: Options) -> None:
         raise OptionsError("--stats-sample-interval must be >= 0")
     if opts.stats_sample_interval > 0 and opts.stats_retention < opts.stats_sample_interval:
         raise OptionsError("--stats-retention must be >= --stats-sample-interval")
+    if opts.tls_cert and not opts.tls_key:
+        raise OptionsError("--tls-key must be specified with --tls-cert")
+    if opts.tls_key and not opts.tls_cert:
+        raise OptionsError("--tls-cert must be specified with --tls-key")
+    if opts.session_timeout <= 0:
+        raise OptionsError("--session-timeout must be > 0")
     opts.base_path = normalize_base_path(opts.base_path)

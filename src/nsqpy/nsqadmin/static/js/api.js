@@ -1,7 +1,9 @@
 // nsqadmin's JSON API: every call under --base-path, errors worded as Go's UI words them
-// (the server's "message", or "ERROR: failed to connect to nsqadmin").
+// (the server's "message", or "ERROR: failed to connect to nsqadmin"). With a login
+// (--htpasswd-file) every change carries the session's CSRF token, and a 401 (the session
+// ended) goes to the login page.
 
-import { apiPath } from './config.js';
+import { apiPath, basePath, config } from './config.js';
 
 export class ApiError extends Error {
     constructor(message, status) {
@@ -16,7 +18,8 @@ export class ApiError extends Error {
  * (message as the server gave it) or an AbortError when `signal` fires.
  */
 export async function request(method, path, { body, signal } = {}) {
-    const init = { method, signal, credentials: 'same-origin', headers: {} };
+    const init = { method, signal, credentials: 'same-origin', headers: { 'X-Requested-With': 'nsqadmin' } };
+    if (method !== 'GET' && config.login.csrfToken) init.headers['X-CSRF-Token'] = config.login.csrfToken;
     if (body !== undefined) {
         init.body = JSON.stringify(body);
         init.headers['Content-Type'] = 'application/json';
@@ -38,12 +41,25 @@ export async function request(method, path, { body, signal } = {}) {
         }
     }
     if (!resp.ok) {
-        const msg = data && typeof data.message === 'string' && data.message
+        let msg = data && typeof data.message === 'string' && data.message
             ? data.message
             : `ERROR: HTTP ${resp.status}`;
+        if (resp.status === 401 && config.login.enabled) {
+            toLogin();
+            msg = 'Your session has ended: sign in again';
+        } else if (msg === 'INVALID_CSRF_TOKEN') {
+            msg = 'INVALID_CSRF_TOKEN: nsqadmin refused the action, as it did not carry this '
+                + 'session\'s security token. Reload the page and try again.';
+        }
         throw new ApiError(msg, resp.status);
     }
     return data && typeof data === 'object' ? data : {};
+}
+
+/** The login page, coming back here after. */
+export function toLogin() {
+    const here = window.location.pathname + window.location.search;
+    window.location.assign(`${basePath('/login')}?next=${encodeURIComponent(here)}`);
 }
 
 export const get = (path, opts) => request('GET', path, opts);

@@ -13,6 +13,13 @@ export const config = Object.freeze({
     basePath: pick(raw.base_path, pick(g.BASE_PATH, '/')),
     isAdmin: pick(raw.is_admin, pick(g.IS_ADMIN, true)) === true,
     user: pick(raw.user, ''),
+    // nsqpy's --htpasswd-file: signed in by a session (the CSRF token signs its actions) or
+    // by HTTP Basic credentials
+    login: Object.freeze({
+        enabled: Boolean(raw.login && raw.login.enabled),
+        via: (raw.login && raw.login.via) || '',
+        csrfToken: (raw.login && raw.login.csrf_token) || '',
+    }),
     graphEnabled: pick(raw.graph_enabled, pick(g.GRAPH_ENABLED, false)) === true,
     // where the page sends /render: nsqadmin itself with --proxy-graphite
     graphiteUrl: pick(g.GRAPHITE_URL, pick(raw.page_graphite_url, pick(raw.graphite_url, ''))),

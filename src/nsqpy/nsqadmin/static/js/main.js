@@ -2,7 +2,7 @@
 // the alerts area and the header (graph timeframe, read-only badge).
 
 import { ApiError } from './api.js';
-import { config } from './config.js';
+import { basePath, config } from './config.js';
 import { closeDialogs } from './dialog.js';
 import { h, mount } from './dom.js';
 import { GRAPH_INTERVALS, graphInterval, setGraphInterval } from './graphite.js';
@@ -194,9 +194,17 @@ function header(router) {
     const user = document.getElementById('user-slot');
     if (user) {
         mount(user,
-            config.user ? h('span', { class: 'user', title: 'signed-in user' }, config.user) : null,
-            config.isAdmin ? null : h('span', { class: 'label label-muted', 'data-readonly': '', title: 'actions need an --admin-user' }, 'read-only'));
+            config.user ? h('span', { class: 'user', title: 'signed-in user', 'data-user': '' }, config.user) : null,
+            config.isAdmin ? null : h('span', { class: 'label label-muted', 'data-readonly': '', title: 'actions need an --admin-user' }, 'read-only'),
+            config.login.via === 'session' ? logoutForm() : null);
     }
+}
+
+/** Sign out (a session: HTTP Basic credentials cannot be forgotten by a page). */
+function logoutForm() {
+    return h('form', { class: 'logout-form', method: 'post', action: basePath('/logout'), 'data-form': 'logout' },
+        h('input', { type: 'hidden', name: 'csrf_token', value: config.login.csrfToken }),
+        h('button', { type: 'submit', class: 'btn btn-xs' }, 'Sign out'));
 }
 
 const router = new Router(ROUTES, (name, params, opts) => {
