@@ -391,3 +391,63 @@ def test_readme_peek_example_runs(cluster):
     status, body = nsqd.http_get("/topic/peek?topic=orders")
     assert status == 200
     assert [m["body_preview"] for m in json.loads(body)["messages"]] == ["first", "second"]
+
+
+@pytest.mark.timeout(120)
+def test_readme_securing_a_cluster_runs(tmp_path):
+    """ "Securing a cluster" as written: the token and htpasswd files (Apache's htpasswd),
+    nsqlookupd, nsqd and nsqadmin with them (nsqadmin over HTTPS with the TLS example's
+    certificate), and the curls: no token refused, the token accepted, nsqadmin refusing
+    whoever has not signed in and a user who is not an admin, and carrying the token to nsqd
+    for an admin's pause."""
+    from contextlib import ExitStack
+
+    from support import free_port
+
+    ex = examples()
+    env = dict(os.environ, ANN_PASSWORD="ann's secret", BOB_PASSWORD="bob-pw-2")
+    for name in ("tls-cert", "secure-files"):
+        res = subprocess.run(
+            ["bash", "-c", ex[name]], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=60
+        )
+        assert res.returncode == 0, (name, res.stderr)
+    assert oct((tmp_path / "admin.token").stat().st_mode & 0o777) == "0o600"
+    assert [ln.split(":")[0] for ln in (tmp_path / "nsqadmin.htpasswd").read_text().split()] == ["ann", "bob"]
+    ports = {p: str(free_port()) for p in ("4160", "4161", "4150", "4151", "4171")}
+
+    def localize(code: str) -> str:
+        for old, new in ports.items():
+            code = code.replace(f"127.0.0.1:{old}", f"127.0.0.1:{new}")
+        return code
+
+    commands = localize(ex["secure-daemons"]).replace("\\\n", " ").strip().splitlines()
+    assert len(commands) == 3
+    for cmd, name in zip(commands, ("nsqlookupd", "nsqd", "nsqadmin"), strict=True):
+        assert f".venv/bin/{name} " in cmd
+    with ExitStack() as stack:
+        for i, cmd in enumerate(commands):
+            cmd = cmd.replace(".venv/bin/", f"exec {BIN_DIR}/")
+            proc = stack.enter_context(
+                ToolProcess(f"secure{i}", [], tmp_path, argv=["bash", "-c", cmd], env=env, cwd=tmp_path)
+            )
+            wait_until(lambda p=proc: b" address: " in p.stdout(), what=f"daemon {i} listening")
+        assert b"nsqadmin HTTPS address:" in proc.stdout()
+        res = subprocess.run(
+            ["bash", "-c", localize(ex["secure-curl"])],
+            cwd=tmp_path,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+        assert res.returncode == 0, res.stderr
+        out = res.stdout
+        unauthorized, forbidden = '{"message":"UNAUTHORIZED"}', '{"message":"FORBIDDEN"}'
+        assert out.startswith(unauthorized + unauthorized + forbidden), out
+        import urllib.request
+
+        stats = urllib.request.urlopen(
+            f"http://127.0.0.1:{ports['4151']}/stats?format=json&topic=orders", timeout=5
+        ).read()
+        (topic,) = json.loads(stats)["topics"]
+        assert topic["topic_name"] == "orders" and topic["paused"] is True
