@@ -113,6 +113,16 @@ def launch(
     e = dict(os.environ)
     e.pop("PYTHONPATH", None)
     e.update(env or {})
+    then = kw.pop("preexec_fn", None)
+
+    def preexec() -> None:
+        # the launcher starts with the signals of an interactive shell's command, whatever
+        # this test process inherited (a background job's shell ignores SIGINT for it)
+        for sig in _launch.FORWARDED:
+            signal.signal(sig, signal.SIG_DFL)
+        if then is not None:
+            then()
+
     return subprocess.Popen(
         cmd,
         cwd=probe_dir,
@@ -121,6 +131,7 @@ def launch(
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
+        preexec_fn=preexec,
         **kw,
     )
 
