@@ -320,3 +320,31 @@ def test_the_session_launcher_asks_the_server(server: forkserver.ForkServer, tmp
         [launcher, "-m", "pyspark.find_spark_home"], env=env, capture_output=True, text=True, timeout=60
     )
     assert (out.returncode, out.stdout.strip()) == (0, str(tmp_path))
+
+
+def test_a_preloaded_module_runs_without_runpy_s_warning(
+    server: forkserver.ForkServer, tmp_path: Path
+) -> None:
+    """The server preloads Spark's worker modules; one run as ``-m`` is executed afresh as
+    __main__, without runpy's RuntimeWarning about a module found in sys.modules (which
+    every nsq_spark run printed four times)."""
+    module = "pyspark.sql.worker.lookup_data_sources"
+    assert module in forkserver.PRELOAD
+    cmd = [
+        sys.executable,
+        "-IS",
+        _launch.__file__,
+        server.socket_path,
+        server.fingerprint_path,
+        sys.executable,
+        "pyspark.",
+        "-m",
+        module,
+    ]
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    # no Java to talk to: the module fails at once, after runpy has had its say
+    p = subprocess.run(
+        cmd, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=60, stdin=subprocess.DEVNULL
+    )
+    assert "RuntimeWarning" not in p.stderr, p.stderr
+    assert "found in sys.modules" not in p.stderr

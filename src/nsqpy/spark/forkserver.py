@@ -292,6 +292,10 @@ class _Server:
             extra = os.environ.get("PYTHONPATH")
             sys.path[:] = [os.getcwd(), *(extra.split(":") if extra else []), *self.base_path]
             sys.argv = ["-m", *args[2:]]
+            # a preloaded module runs as __main__ afresh, as under a new interpreter (left in
+            # sys.modules, runpy warns that its second copy "may result in unpredictable
+            # behaviour"); what it imported stays loaded
+            sys.modules.pop(args[1], None)
             code = _run_module(args[1])
         except SystemExit as exc:
             code = _exit_code(exc)
