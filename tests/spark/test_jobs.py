@@ -285,6 +285,14 @@ def test_validation_errors(argv: list[str], message: str) -> None:
     assert message in str(exc.value)
 
 
+def test_log_level_flag() -> None:
+    base = ("archive", "--topic=t", "--nsqd-tcp-address=127.0.0.1:4150", "--output-dir=o")
+    assert parsed(*base).log_level == "info"
+    assert parsed(*base, "--log-level=debug").log_level == "debug"
+    with pytest.raises(OptionsError):
+        parse_args([*base, "--log-level=loud"])
+
+
 def test_help_and_version(capsys: pytest.CaptureFixture[str]) -> None:
     with pytest.raises(HelpRequested) as h:
         parse_args(["--help"])
@@ -312,6 +320,7 @@ def _flags_in(usage: str) -> set[str]:
 def test_each_jobs_help_lists_its_own_flags_only() -> None:
     common = {
         "version",
+        "log-level",
         "topic",
         "channel",
         "lookupd-http-address",
@@ -733,6 +742,19 @@ def test_e2e_archive(nsqd_server, unique_topic: str, tmp_path: Path) -> None:
     )
     assert r.returncode == 0, describe(r)
     assert f"nsq_spark archive: rows in {len(bodies)}, rows out {len(bodies)}, rejects 0" in r.stdout
+    # a quiet console: the summary on stdout; on stderr nsq_spark's own lines and nothing of
+    # the fork server's or Spark's start-up (the JVM's own incubator notice aside)
+    (summary,) = r.stdout.splitlines()
+    assert re.fullmatch(
+        rf"nsq_spark archive: rows in {len(bodies)}, rows out {len(bodies)}, rejects 0, batches \d+", summary
+    )
+    noise = [
+        ln
+        for ln in r.stderr.splitlines()
+        if not ln.startswith("[nsq_spark] ") and "Using incubator modules" not in ln
+    ]
+    assert noise == [], describe(r)
+    assert "RuntimeWarning" not in r.stderr and "log4j" not in r.stderr
     today = dt.datetime.now(UTC)
     dirs = {p.parent.relative_to(out).as_posix() for p in out.rglob("*.parquet")}
     assert (

@@ -237,3 +237,21 @@ def test_python_processes_are_forked_from_the_preloaded_interpreter(spark: Any) 
     planner, workers = _ask_spark_processes(spark, "nsqpy_test_origin", _origin)
     assert planner == "forked:create_data_sou"
     assert workers == ["forked:worker", "forked:worker"]
+
+
+def test_log_config_written_into_a_mirror_without_conf(tmp_path: Path) -> None:
+    """Spark's log at the level asked, without its banner, in a mirror that has no conf
+    directory; an installation's own conf directory (a link in the mirror) is left alone."""
+    from nsqpy.spark.session import write_log_config
+
+    assert write_log_config(str(tmp_path), "warn")
+    text = (tmp_path / "conf" / "log4j2.properties").read_text()
+    assert "rootLogger.level = warn" in text and "NativeCodeLoader" in text
+    assert "%d{yy/MM/dd HH:mm:ss}" in text  # braces of the pattern survive the formatting
+    theirs = tmp_path / "home" / "conf"
+    theirs.mkdir(parents=True)
+    mirror = tmp_path / "mirror"
+    mirror.mkdir()
+    (mirror / "conf").symlink_to(theirs)
+    assert not write_log_config(str(mirror), "info")
+    assert list(theirs.iterdir()) == []

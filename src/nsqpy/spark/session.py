@@ -308,11 +308,43 @@ def _on_loopback(master: str) -> bool:
     return all(h in ("127.0.0.1", "localhost", "[::1]") for h in hosts)
 
 
+#: Spark's log (log4j2) while this package starts the JVM: its messages at ``level`` and
+#: above on stderr, as Spark's default profile writes them, without that profile's banner
+#: ("Using Spark's default log4j profile", "Setting default log level"); Hadoop's notice that
+#: it has no native library for this platform is not a warning of anything to fix
+LOG4J2 = """\
+# written by nsqpy.spark.session.make_session
+rootLogger.level = {level}
+rootLogger.appenderRef.stderr.ref = console
+appender.console.type = Console
+appender.console.name = console
+appender.console.target = SYSTEM_ERR
+appender.console.layout.type = PatternLayout
+appender.console.layout.pattern = %d{{yy/MM/dd HH:mm:ss}} %p %c{{1}}: %m%n%ex
+logger.hadoop_native.name = org.apache.hadoop.util.NativeCodeLoader
+logger.hadoop_native.level = error
+"""
+
+
+def write_log_config(spark_home: str, level: str) -> bool:
+    """``spark_home/conf/log4j2.properties`` (Spark's conf directory when nothing else is
+    set) for ``level`` (log4j's name: warn, info, debug…), unless the installation has a
+    conf directory of its own (its settings are the user's). Whether it was written."""
+    conf = os.path.join(spark_home, "conf")
+    if os.path.lexists(conf):
+        return False
+    os.makedirs(conf)
+    with open(os.path.join(conf, "log4j2.properties"), "w", encoding="utf-8") as f:
+        f.write(LOG4J2.format(level=level))
+    return True
+
+
 def make_session(
     master: str = "local[*]",
     app_name: str = "nsqpy",
     conf: dict[str, str] | None = None,
     loopback: bool = True,
+    log_level: str = "warn",
 ) -> Any:
     """Return a SparkSession (``getOrCreate``) with the ``nsq`` format registered.
 
@@ -321,7 +353,9 @@ def make_session(
     unless PYSPARK_PYTHON is set; when they do, on a local or standalone master, the
     Python processes on this machine import pyspark from the installed package, and on a
     local master or a standalone one on loopback they run without Spark's jar on their
-    path (see above).
+    path (see above). Spark logs at ``log_level`` (log4j's levels) and above, without its
+    start-up banner, when this call starts the JVM on this machine (and neither
+    SPARK_CONF_DIR nor the installation has a conf directory).
     """
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
@@ -358,6 +392,11 @@ def make_session(
             # for as long as it runs, so they go when this interpreter exits
             atexit.register(shutil.rmtree, shadow, True)
             os.environ["SPARK_HOME"] = shadow
+            if not os.environ.get("SPARK_CONF_DIR"):
+                try:
+                    write_log_config(shadow, log_level)
+                except OSError:
+                    pass  # Spark's default profile, banner and all
             launcher = None
             if local or _on_loopback(master):
                 wanted = os.environ.get(FORK_SERVER_ENV, "1") != "0"
@@ -380,7 +419,7 @@ def make_session(
                     os.environ.pop(name, None)
                 else:
                     os.environ[name] = saved
-    spark.sparkContext.setLogLevel("WARN")
+    spark.sparkContext.setLogLevel(log_level.upper())
     from nsqpy.spark import register
 
     register(spark)

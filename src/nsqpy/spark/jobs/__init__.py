@@ -48,7 +48,7 @@ def main(argv: list[str] | None = None) -> int:
     except OptionsError as e:
         print(f"{PROGRAM}: {e}", file=sys.stderr)
         return 1
-    daemon.setup_logging(f"[{PROGRAM}] ", "info")
+    daemon.setup_logging(f"[{PROGRAM}] ", opts.log_level)
     logging.getLogger("py4j").setLevel(logging.WARNING)
     from .runner import run, short_error
 

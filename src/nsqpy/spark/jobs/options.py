@@ -17,6 +17,7 @@ from nsqpy.goflags import (
     BOOL,
     DURATION,
     INT,
+    LOG_LEVEL,
     STRING,
     STRING_LIST,
     Flag,
@@ -85,6 +86,8 @@ class CommonOptions:
     trigger_interval: float = 0.0  # 0: the next micro-batch as soon as one ends
     #: go-nsq options as ``name,value`` (``--consumer-opt``), mapped onto the source's
     consumer_opts: list[str] = field(default_factory=list)
+    #: NSQ's levels: nsq_spark's own log, and Spark's (WARN unless debug or info)
+    log_level: str = "info"
     #: Field names set by a flag.
     explicit: set[str] = field(default_factory=set, repr=False, compare=False)
 
@@ -201,6 +204,11 @@ JobOptions = ArchiveOptions | AggregateOptions | RepublishOptions
 
 _COMMON: Final[tuple[Flag, ...]] = (
     _f("version", BOOL, "print the version and exit"),
+    _f(
+        "log-level",
+        LOG_LEVEL,
+        "log level: debug, info, warn, error or fatal (Spark's own log at WARN unless debug: INFO)",
+    ),
     _f("topic", STRING, "nsq topic to read (required)"),
     _f("channel", STRING, "nsq channel to read"),
     Flag(

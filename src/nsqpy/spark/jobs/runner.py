@@ -393,7 +393,12 @@ def run(opts: JobOptions, stop: Stop | None = None) -> int:
         # the JVM runs in a session of its own: a signal to this process's group (timeout,
         # kill -- -PGID, Ctrl-C) reaches this process only, which stops the query cleanly
         try:
-            spark = make_session(opts.master, f"{PROGRAM} {opts.job} {opts.topic}", conf)
+            spark = make_session(
+                opts.master,
+                f"{PROGRAM} {opts.job} {opts.topic}",
+                conf,
+                log_level="info" if opts.log_level == "debug" else "warn",
+            )
         except KeyboardInterrupt:  # SIGINT while the SparkContext's own handler was in place
             spark, stop.requested = None, True
         if spark is not None:
