@@ -29,10 +29,16 @@ def nsqd_proc(tmp_path_factory):
     yield from nsqd_fixture(tmp_path_factory.mktemp("nsq_tail_peek"), "--mem-queue-size=2")
 
 
-def make_channel(nsqd: NsqdProcess, topic: str, channel: str, *bodies: bytes) -> None:
-    """``topic`` with ``channel`` holding ``bodies`` (the channel exists before the publish)."""
-    assert nsqd.http_post(f"/topic/create?topic={topic}")[0] == 200
-    assert nsqd.http_post(f"/channel/create?topic={topic}&channel={channel}")[0] == 200
+def make_channel(nsqd: NsqdProcess, topic: str, channel: str, *bodies: bytes, token: str = "") -> None:
+    """``topic`` with ``channel`` holding ``bodies`` (the channel exists before the publish);
+    ``token``: the nsqd's admin token, which creating them needs."""
+    import urllib.request
+
+    for path in (f"/topic/create?topic={topic}", f"/channel/create?topic={topic}&channel={channel}"):
+        headers = {"Authorization": f"Bearer {token}"} if token else {}
+        req = urllib.request.Request(f"http://{nsqd.http_address}{path}", b"", headers, method="POST")
+        with urllib.request.urlopen(req, timeout=10) as r:
+            assert r.status == 200
     publish_http(nsqd, topic, *bodies)
     wait_until(lambda: channels(nsqd, topic)[channel]["depth"] == len(bodies), what="the channel's depth")
 
@@ -173,7 +179,7 @@ def run_with_env(args: list[str], env: dict[str, str]) -> subprocess.CompletedPr
 
 
 def test_peek_with_the_admin_token(token_nsqd):
-    make_channel(token_nsqd, "pk_tok", "c", b"secret body")
+    make_channel(token_nsqd, "pk_tok", "c", b"secret body", token=TOKEN)
     args = [f"--nsqd-http-address={token_nsqd.http_address}", "--topic=pk_tok", "--channel=c", "--peek=1"]
 
     res = run_with_env(args, {})
