@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 import os
 import select
 import socket
@@ -186,12 +185,7 @@ def _publish(sock: socket.socket | nb.UpgradedConn, reader: nb.FrameReader, args
 # ---------------------------------------------------------------- consumer (this process)
 
 
-def percentile(sorted_vals: list[int], q: float) -> float:
-    """Nearest-rank percentile of a sorted list, in ms."""
-    if not sorted_vals:
-        return float("nan")
-    k = min(len(sorted_vals) - 1, max(0, math.ceil(q / 100 * len(sorted_vals)) - 1))
-    return sorted_vals[k] / 1e6
+percentile = nb.percentile
 
 
 def run(args: argparse.Namespace) -> int:

@@ -40,6 +40,13 @@ def build_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--rdy", type=int, default=2500, help="RDY count to use")
     p.add_argument("--procs", type=int, default=1, help="consumer processes (one connection each)")
     p.add_argument(
+        "--channels",
+        type=int,
+        default=0,
+        help="fan-out: one consumer on each of this many channels (--channel + 0, 1, …), their "
+        "connections spread over --procs processes, each process polling its own",
+    )
+    p.add_argument(
         "--count", type=int, default=0, help="stop once this many messages arrived in total (0: no limit)"
     )
     p.add_argument(
@@ -74,7 +81,11 @@ def build_args(argv: list[str] | None = None) -> argparse.Namespace:
     args = p.parse_args(nb.go_flags(argv))
     if args.procs < 1 or args.rdy < 1:
         p.error("--procs and --rdy must be >= 1")
+    if args.channels < 0:
+        p.error("--channels must be >= 0")
     nb.check_upgrade_args(p, args)
+    if args.channels and nb.upgrade_wanted(args):
+        p.error("--channels takes plain TCP connections (no --tls, --snappy, --deflate)")
     return args
 
 
@@ -145,11 +156,11 @@ class ReaderCore:
         self.mv = memoryview(bigger)
 
 
-def sub_worker(idx: int, args: argparse.Namespace, ready_q, start_ev, result_q, total, stop_ns) -> None:
-    """One connection: handshake and SUB, signal ready, wait for the start, RDY, consume."""
-    conn = None
+def subscribe(idx: int, args: argparse.Namespace, channel: str):
+    """Connect, IDENTIFY (and upgrade), SUB ``channel``: (connection, its FrameReader, the
+    RDY to send, what was negotiated). The connection is closed if any step fails."""
+    conn = sock = nb.connect(args.nsqd_tcp_address)
     try:
-        conn = sock = nb.connect(args.nsqd_tcp_address)
         reader = nb.FrameReader(sock)
         fields = nb.client_fields("reader")
         fields.update(
@@ -170,14 +181,22 @@ def sub_worker(idx: int, args: argparse.Namespace, ready_q, start_ev, result_q, 
         if isinstance(max_rdy, int) and 0 < max_rdy < rdy:
             nb.log(TOOL, f"proc {idx}: --rdy {rdy} > max_rdy_count {max_rdy}; using {max_rdy}")
             rdy = max_rdy
-        conn.sendall(f"SUB {args.topic} {args.channel}\n".encode())
+        conn.sendall(f"SUB {args.topic} {channel}\n".encode())
         ok = reader.expect_ok("SUB")
         if ok != b"OK":
             raise nb.ProtocolError(f"SUB: unexpected reply {ok[:100]!r}")
+    except BaseException:
+        conn.close()
+        raise
+    return conn, reader, rdy, upgrade
+
+
+def sub_worker(idx: int, args: argparse.Namespace, ready_q, start_ev, result_q, total, stop_ns) -> None:
+    """One connection: handshake and SUB, signal ready, wait for the start, RDY, consume."""
+    try:
+        conn, reader, rdy, upgrade = subscribe(idx, args, args.channel)
     except Exception as exc:
         ready_q.put((idx, f"{type(exc).__name__}: {exc}"))
-        if conn is not None:
-            conn.close()
         return
     ready_q.put((idx, None))
     start_ev.wait()
@@ -295,6 +314,119 @@ def _consume(
             return "idle", last_msg, non_fatal, heartbeats
 
 
+def fanout_worker(
+    idx: int, args: argparse.Namespace, channels: list[str], ready_q, start_ev, result_q, total, stop_ns
+) -> None:
+    """--channels: one connection per channel in ``channels``, all polled by this process;
+    each is consumed as :func:`_consume` does one (parse in bulk, one write of FINs per read)."""
+    conns: list = []
+    try:
+        for ch in channels:
+            conn, reader, rdy, _ = subscribe(idx, args, ch)
+            conns.append((conn, ReaderCore(max(1 << 18, 4 * (args.size + 64)), bytes(reader.buf)), rdy))
+    except Exception as exc:
+        ready_q.put((idx, f"{type(exc).__name__}: {exc}"))
+        for conn, _, _ in conns:
+            conn.close()
+        return
+    ready_q.put((idx, None))
+    start_ev.wait()
+    cores = [core for _, core, _ in conns]
+    try:
+        reason, t_end, errs, hbs = _consume_many(conns, args, total, stop_ns)
+        error = None
+    except Exception as exc:
+        reason, t_end, errs, hbs = "error", time.monotonic_ns(), 0, 0
+        error = f"{type(exc).__name__}: {exc}"
+    finally:
+        for conn, _, _ in conns:
+            conn.close()
+    result_q.put(
+        {
+            "idx": idx,
+            "msgs": sum(c.msgs for c in cores),
+            "body_bytes": sum(c.body_bytes for c in cores),
+            "per_channel": dict(zip(channels, (c.msgs for c in cores), strict=True)),
+            "t_end": t_end,
+            "reason": reason,
+            "non_fatal": errs,
+            "heartbeats": hbs,
+            "upgrade": "",
+            "error": error,
+        }
+    )
+
+
+def _consume_many(conns: list, args: argparse.Namespace, total, stop_ns) -> tuple[str, int, int, int]:
+    """:func:`_consume` over several plain sockets at once, polled."""
+    monotonic_ns = time.monotonic_ns
+    t0 = monotonic_ns()
+    deadline = t0 + int(args.runfor * 1e9)
+    idle_ns = int(args.idle_timeout * 1e9)
+    last_msg = t0
+    limit = args.count
+    non_fatal = heartbeats = 0
+    poll = select.poll()
+    by_fd = {}
+    for conn, core, rdy in conns:
+        conn.settimeout(None)
+        poll.register(conn, select.POLLIN)
+        by_fd[conn.fileno()] = (conn, core)
+        conn.sendall(b"RDY %d\n" % rdy)
+        fin = core.received(0) if core.have else None
+        if fin:
+            conn.sendall(fin)
+    wait = poll.poll
+    dontwait = socket.MSG_DONTWAIT
+    while True:
+        events = wait(50)
+        now = monotonic_ns()
+        got = 0
+        for fd, _ in events:
+            conn, core = by_fd[fd]
+            try:
+                n = conn.recv_into(core.space(), 0, dontwait)
+            except BlockingIOError:
+                continue
+            if n == 0:
+                raise nb.ProtocolError("connection closed by nsqd")
+            before = core.msgs
+            fin = core.received(n)
+            if fin:
+                conn.sendall(fin)
+                got += core.msgs - before
+            if core.others:
+                for ft, data in core.others:
+                    if ft == nb.FRAME_RESPONSE:
+                        if data == nb.HEARTBEAT:
+                            conn.sendall(b"NOP\n")
+                            heartbeats += 1
+                        else:
+                            nb.log(TOOL, f"response: {data[:100]!r}")
+                    elif data.startswith(nb.NON_FATAL_ERRORS):
+                        non_fatal += 1
+                    else:
+                        raise nb.ProtocolError(data.decode(errors="replace"))
+                core.others.clear()
+        if got:
+            last_msg = now
+            if limit:
+                with total.get_lock():
+                    total.value += got
+                    reached = total.value >= limit
+                if reached:
+                    with stop_ns.get_lock():
+                        if not stop_ns.value:
+                            stop_ns.value = now
+                    return "count", now, non_fatal, heartbeats
+        if now >= deadline:
+            return "runfor", deadline, non_fatal, heartbeats
+        if limit and stop_ns.value:
+            return "count", stop_ns.value, non_fatal, heartbeats
+        if idle_ns and now - last_msg >= idle_ns:
+            return "idle", last_msg, non_fatal, heartbeats
+
+
 def parse_bench(args: argparse.Namespace) -> int:
     """Time ReaderCore on a canned stream of message frames fed in --parse-chunk slices."""
     import struct
@@ -356,18 +488,30 @@ def run(args: argparse.Namespace) -> int:
     start_ev = ctx.Event()
     total = ctx.Value("q", 0)
     stop_ns = ctx.Value("q", 0)
-    procs = [
-        ctx.Process(
-            target=sub_worker, daemon=True, args=(i, args, ready_q, start_ev, result_q, total, stop_ns)
-        )
-        for i in range(args.procs)
-    ]
+    if args.channels:
+        names = [f"{args.channel}{i}" for i in range(args.channels)]
+        shares = [names[i :: args.procs] for i in range(min(args.procs, args.channels))]
+        procs = [
+            ctx.Process(
+                target=fanout_worker,
+                daemon=True,
+                args=(i, args, share, ready_q, start_ev, result_q, total, stop_ns),
+            )
+            for i, share in enumerate(shares)
+        ]
+    else:
+        procs = [
+            ctx.Process(
+                target=sub_worker, daemon=True, args=(i, args, ready_q, start_ev, result_q, total, stop_ns)
+            )
+            for i in range(args.procs)
+        ]
     for p in procs:
         p.start()
     errors: list[str] = []
     for _ in procs:
         try:
-            idx, err = ready_q.get(timeout=30)
+            idx, err = ready_q.get(timeout=30 + args.channels * 0.1)
         except queue.Empty:
             errors.append("timed out waiting for consumers to connect")
             break
@@ -409,6 +553,16 @@ def run(args: argparse.Namespace) -> int:
     upgrade = next((r["upgrade"] for r in results if r.get("upgrade")), "")
     if upgrade:
         nb.log(TOOL, f"upgrade: {upgrade}")
+    extra = {}
+    if args.channels:
+        per_channel = {k: v for r in results for k, v in r.get("per_channel", {}).items()}
+        extra["channels"] = args.channels
+        extra["per_channel_min"] = min(per_channel.values(), default=0)
+        extra["per_channel_max"] = max(per_channel.values(), default=0)
+        nb.log(
+            TOOL,
+            f"{args.channels} channels: {extra['per_channel_min']}..{extra['per_channel_max']} messages each",
+        )
     nb.report(
         TOOL,
         end - start,
@@ -435,6 +589,7 @@ def run(args: argparse.Namespace) -> int:
         upgrade=nb.upgrade_name(args),
         negotiated=upgrade,
         errors=errors,
+        **extra,
     )
     return 1 if errors else 0
 

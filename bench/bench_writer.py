@@ -17,6 +17,7 @@ import queue
 import socket
 import sys
 import time
+from collections import deque
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
@@ -71,14 +72,16 @@ def pub_worker(idx: int, args: argparse.Namespace, per_proc_count: int, ready_q,
     ready_q.put((idx, None))
     start_ev.wait()
     progress = [0]  # acknowledged MPUBs, kept up to date so a failure still reports them
+    rtts: list[int] = []  # each acknowledged MPUB's round trip, ns
     try:
-        t_end = _pump(conn, cmd, args, per_proc_count, progress)
+        t_end = _pump(conn, cmd, args, per_proc_count, progress, rtts)
         result_q.put(
             {
                 "idx": idx,
                 "msgs": progress[0] * args.batch_size,
                 "t_end": t_end,
                 "upgrade": upgrade,
+                "rtts": rtts,
                 "error": None,
             }
         )
@@ -89,6 +92,7 @@ def pub_worker(idx: int, args: argparse.Namespace, per_proc_count: int, ready_q,
                 "msgs": progress[0] * args.batch_size,
                 "t_end": time.monotonic_ns(),
                 "upgrade": upgrade,
+                "rtts": rtts,
                 "error": f"{type(exc).__name__}: {exc}",
             }
         )
@@ -102,10 +106,13 @@ def _pump(
     args: argparse.Namespace,
     limit: int,
     progress: list[int],
+    rtts: list[int],
 ) -> int:
     """Keep --pipeline MPUBs in flight until --runfor (or the count) is reached; drain the OKs.
 
-    Counts acknowledged MPUBs in progress[0]; returns the monotonic time it finished."""
+    Counts acknowledged MPUBs in progress[0] and appends each one's round trip (ns, from
+    its send to its OK: nsqd answers in order) to ``rtts``; returns the monotonic time it
+    finished."""
     sock.settimeout(30.0)
     end = time.monotonic() + args.runfor
     pipeline = args.pipeline
@@ -117,6 +124,9 @@ def _pump(
     mv = memoryview(buf)
     have = 0
     monotonic = time.monotonic
+    monotonic_ns = time.monotonic_ns
+    sent_at: deque[int] = deque()
+    took = rtts.append
     sending = True
     while True:
         if sending:
@@ -124,6 +134,7 @@ def _pump(
                 sending = False
             else:
                 while outstanding < pipeline and not (max_batches and sent >= max_batches):
+                    sent_at.append(monotonic_ns())
                     sendall(cmd)
                     sent += 1
                     outstanding += 1
@@ -143,6 +154,7 @@ def _pump(
             pos = nxt
             if ft == nb.FRAME_RESPONSE:
                 if data == b"OK":
+                    took(monotonic_ns() - sent_at.popleft())
                     progress[0] += 1
                     outstanding -= 1
                 elif data == nb.HEARTBEAT:
@@ -212,6 +224,13 @@ def run(args: argparse.Namespace) -> int:
     upgrade = next((r["upgrade"] for r in results if r.get("upgrade")), "")
     if upgrade:
         nb.log(TOOL, f"upgrade: {upgrade}")
+    rtt = nb.percentiles_ms([t for r in results for t in r.get("rtts", ())])
+    if rtt:
+        nb.log(
+            TOOL,
+            f"MPUB round trip: p50 {rtt['p50_ms']:.3f}ms p99 {rtt['p99_ms']:.3f}ms "
+            f"max {rtt['max_ms']:.3f}ms (n={rtt['n']})",
+        )
     nb.report(
         TOOL,
         end - start,
@@ -223,6 +242,7 @@ def run(args: argparse.Namespace) -> int:
         pipeline=args.pipeline,
         topic=args.topic,
         per_proc=per_proc_out,
+        rtt=rtt,
         upgrade=nb.upgrade_name(args),
         negotiated=upgrade,
         errors=errors,

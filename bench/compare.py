@@ -3,8 +3,11 @@
 
 Runs ``bench/run.py --json`` with the same arguments against each daemon in turn, --rounds
 times (A B A B …, so a change in the machine's load hits both alike), and prints for every
-phase the median msgs/s (and p99 for the latency phase) of each daemon, the ratio to the
-first one and the host's 1-minute load average before each run. A daemon is ``LABEL=CMD``:
+phase the median of each daemon, the ratio to the first one and the host's 1-minute load
+average before each run: msgs/s with nsqd's CPU (PUB, SUB, and DLV, the deliveries summed
+over a fan-out's channels), p99 for the latency phase, the publisher's MPUB round trip
+p50/p99 (RTT, fan-out), bytes per queued channel copy (MEM) and nsqd's CPU-seconds per 1M
+messages published and consumed (CPU). A daemon is ``LABEL=CMD``:
 CMD is anything run.py takes as --nsqd-bin (an executable taking nsqd's flags); an
 environment assignment may come first (``pure=NSQPY_PURE_PYTHON=1 .venv/bin/nsqd``, run
 through ``env``).
@@ -13,6 +16,8 @@ through ``env``).
         --rounds 3 -- --runfor 5 --no-latency --mem-queue-size 100000000
     .venv/bin/python bench/compare.py --daemon c=.venv/bin/nsqd \\
         --daemon "pure=NSQPY_PURE_PYTHON=1 .venv/bin/nsqd" -- --mode concurrent --runfor 5
+    .venv/bin/python bench/compare.py --daemon ours=.venv/bin/nsqd --daemon go=/tmp/gonsq/bin/nsqd \\
+        -- --mode fanout --channels 20,100 --runfor 5 --mem-queue-size 10000000
 """
 
 from __future__ import annotations
@@ -67,6 +72,47 @@ def wait_quiet(limit: float, patience: float) -> float:
     return busy
 
 
+def cells_of(row: dict) -> list[tuple[str, dict]]:
+    """The figures compare.py reports from one run.py row: (label, values) pairs; the label
+    is the row's test, and RTT for a fan-out publisher's round trips."""
+    test = row["test"]
+    if test == "LAT":
+        return [(test, {"value": row.get("p99_ms")})]
+    if test == "MEM":
+        return [(test, {"value": row.get("bytes_per_copy")})]
+    if test == "CPU":
+        return [(test, {"value": row.get("cpu_s_per_M")})]
+    out = [(test, {"value": row.get("ops_per_s") or None, "cpu": row.get("nsqd_cpu")})]
+    if row.get("rtt_p99_ms") is not None:
+        out.append(("RTT", {"value": row["rtt_p99_ms"], "p50": row.get("rtt_p50_ms")}))
+    return out
+
+
+def fmt_cell(label: str, vals: list[dict]) -> tuple[str, float | None]:
+    """A table cell of the medians of one daemon's runs, and the median compared."""
+    med = med_of(vals, "value")
+    if med is None:
+        return "-", None
+    if label == "LAT":
+        return f"p99 {med:.3f}ms", med
+    if label == "RTT":
+        return f"p50 {med_of(vals, 'p50') or 0:.2f} p99 {med:.2f}ms", med
+    if label == "MEM":
+        return f"{med:.0f} B/copy", med
+    if label == "CPU":
+        return f"{med:.{3 if med < 10 else 1 if med < 100 else 0}f} CPU-s/1M", med
+    cell = f"{med / 1000:.0f}k" if med >= 10_000 else f"{med:.0f}"
+    cpu = med_of(vals, "cpu")
+    if cpu is not None:
+        cell += f" ({cpu * 100:.0f}%)"
+    return cell, med
+
+
+def med_of(vals: list[dict], key: str) -> float | None:
+    xs = [v[key] for v in vals if v.get(key) is not None]
+    return statistics.median(xs) if xs else None
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="bench/compare.py", description=__doc__.splitlines()[0])
     p.add_argument(
@@ -99,7 +145,7 @@ def main(argv: list[str] | None = None) -> int:
         if not sep or not cmd:
             p.error(f"--daemon {spec!r}: expected LABEL=CMD")
         daemons.append((label, wrapper(cmd, workdir, label)))
-    # results[label][(phase, test)] -> list of rows
+    # results[label][(phase, cell label)] -> the values of each run
     results: dict[str, dict[tuple[str, str], list[dict]]] = {label: {} for label, _ in daemons}
     loads: dict[str, list[float]] = {label: [] for label, _ in daemons}
     failures: list[str] = []
@@ -128,14 +174,23 @@ def main(argv: list[str] | None = None) -> int:
             if summary is None:
                 continue
             for row in summary["rows"]:
-                results[label].setdefault((row["phase"], row["test"]), []).append(row)
+                for cell, vals in cells_of(row):
+                    results[label].setdefault((row["phase"], cell), []).append(vals)
                 if row["test"] == "LAT":
                     print(f"#   latency p50 {row.get('p50_ms')} p99 {row.get('p99_ms')} ms")
+                elif row["test"] in ("MEM", "CPU"):
+                    text, _ = fmt_cell(row["test"], [cells_of(row)[0][1]])
+                    print(f"#   {row['phase']} {row['test']}: {text}")
                 else:
                     cpu = row.get("nsqd_cpu")
                     print(
                         f"#   {row['phase']} {row['test']}: {row['ops_per_s']:.0f} msgs/s"
                         + (f", nsqd cpu {cpu * 100:.0f}%" if cpu is not None else "")
+                        + (
+                            f", MPUB round trip p50 {row['rtt_p50_ms']:.2f} p99 {row['rtt_p99_ms']:.2f} ms"
+                            if row.get("rtt_p99_ms") is not None
+                            else ""
+                        )
                     )
             time.sleep(args.pause)
     ref = daemons[0][0]
@@ -147,31 +202,28 @@ def main(argv: list[str] | None = None) -> int:
     for label, exe in daemons:
         print(f"   {label}: {exe}  (load before runs: {', '.join(f'{x:.2f}' for x in loads[label])})")
         out["daemons"][label] = {"bin": exe, "loads": loads[label], "phases": {}}
-    print(f"{'phase':<11} {'test':<4} " + " ".join(f"{label:>22}" for label, _ in daemons))
+    print(f"{'phase':<11} {'test':<4} " + " ".join(f"{label:>30}" for label, _ in daemons))
     for key in keys:
         cells = []
         base = None
         for label, _ in daemons:
-            rows = results[label].get(key, [])
-            if key[1] == "LAT":
-                vals = [r["p99_ms"] for r in rows if r.get("p99_ms") is not None]
-                med = statistics.median(vals) if vals else None
-                cell = "-" if med is None else f"p99 {med:.3f}ms"
-            else:
-                vals = [r["ops_per_s"] for r in rows if r.get("ops_per_s")]
-                cpus = [r["nsqd_cpu"] for r in rows if r.get("nsqd_cpu") is not None]
-                med = statistics.median(vals) if vals else None
-                cell = "-" if med is None else f"{med / 1000:.0f}k"
-                if cpus:
-                    cell += f" ({statistics.median(cpus) * 100:.0f}%)"
+            vals = results[label].get(key, [])
+            cell, med = fmt_cell(key[1], vals)
             if label == ref:
                 base = med
             elif med is not None and base:
                 cell += f" {med / base:.2f}x"
             cells.append(cell)
-            out["daemons"][label]["phases"][f"{key[0]} {key[1]}"] = {"median": med, "all": vals}
-        print(f"{key[0]:<11} {key[1]:<4} " + " ".join(f"{c:>22}" for c in cells))
-    print("   (msgs/s median, nsqd CPU median in brackets, ratio to the first daemon)")
+            out["daemons"][label]["phases"][f"{key[0]} {key[1]}"] = {
+                "median": med,
+                "all": [v.get("value") for v in vals],
+            }
+        print(f"{key[0]:<11} {key[1]:<4} " + " ".join(f"{c:>30}" for c in cells))
+    print(
+        "   (medians; msgs/s with nsqd's CPU in brackets; RTT the publisher's MPUB round trip;"
+        " MEM bytes per queued channel copy; CPU nsqd's CPU-seconds per 1M messages published"
+        " and consumed; ratio to the first daemon)"
+    )
     for f in failures:
         print(f"FAILED: {f}")
     if args.json:

@@ -12,8 +12,10 @@ from __future__ import annotations
 import argparse
 import errno
 import json
+import math
 import multiprocessing
 import os
+import resource
 import select
 import socket
 import ssl
@@ -147,6 +149,14 @@ def log(tool: str, text: str) -> None:
     sys.stderr.flush()
 
 
+def tool_cpu_seconds() -> float:
+    """CPU-seconds (user + system) of this tool so far, its finished worker processes
+    included: whether the load generator, not the daemon, was the limit."""
+    own = resource.getrusage(resource.RUSAGE_SELF)
+    kids = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return own.ru_utime + own.ru_stime + kids.ru_utime + kids.ru_stime
+
+
 def report(tool: str, duration_ns: int, msgs: int, size: int, as_json: bool, **extra: object) -> dict:
     """Print the Go-format line (stderr) and, when asked, one JSON line (stdout)."""
     log(tool, result_line(duration_ns, msgs, size))
@@ -160,12 +170,35 @@ def report(tool: str, duration_ns: int, msgs: int, size: int, as_json: bool, **e
         "ops_per_s": msgs / secs if secs else 0.0,
         "mb_per_s": msgs * size / secs / 1024 / 1024 if secs else 0.0,
         "us_per_op": (duration_ns // 1000) / msgs if msgs else None,
+        "tool_cpu_s": tool_cpu_seconds(),
     }
     data.update(extra)
     if as_json:
         sys.stdout.write(json.dumps(data) + "\n")
         sys.stdout.flush()
     return data
+
+
+def percentile(sorted_vals: list[int], q: float) -> float:
+    """Nearest-rank percentile of a sorted list of ns, in ms."""
+    if not sorted_vals:
+        return float("nan")
+    k = min(len(sorted_vals) - 1, max(0, math.ceil(q / 100 * len(sorted_vals)) - 1))
+    return sorted_vals[k] / 1e6
+
+
+def percentiles_ms(values_ns: list[int]) -> dict | None:
+    """n, p50, p90, p99 and max (ms) of durations in ns; None if there are none."""
+    if not values_ns:
+        return None
+    v = sorted(values_ns)
+    return {
+        "n": len(v),
+        "p50_ms": percentile(v, 50),
+        "p90_ms": percentile(v, 90),
+        "p99_ms": percentile(v, 99),
+        "max_ms": v[-1] / 1e6,
+    }
 
 
 def report_failure(tool: str, errors: list[str], as_json: bool) -> None:

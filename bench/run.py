@@ -3,7 +3,11 @@
 
 Like nsqio/nsq's bench.sh / bench.py: bench_writer fills a topic, then bench_reader drains
 it ("sequential"); --mode concurrent runs both at once on another topic (--mode all does
-both); then bench_latency measures end-to-end latency at a fixed rate. The daemon is our
+both); then bench_latency measures end-to-end latency at a fixed rate. --mode fanout
+publishes to one topic with --channels N channels, each drained by its own consumer, and
+measures the deliveries summed over channels, the publisher's MPUB round trip and (on a fresh
+nsqd) the memory per queued channel copy. Every throughput row also gives nsqd's
+CPU-seconds per 1M messages (from /proc/PID/stat). The daemon is our
 `nsqd` console script by default, any binary with --nsqd-bin (e.g. the Go nsqd), or an
 already running one with --no-start. Exits non-zero if the daemon or any tool failed,
 or if messages went missing. --smoke runs everything for about a second, for CI.
@@ -66,10 +70,10 @@ def build_args(argv: list[str] | None = None) -> argparse.Namespace:
     w = p.add_argument_group("load")
     w.add_argument(
         "--mode",
-        choices=("sequential", "concurrent", "all", "latency"),
+        choices=("sequential", "concurrent", "all", "latency", "fanout"),
         default="sequential",
         help="throughput phases to run: sequential, concurrent, all (both), "
-        "latency (none: only the latency test)",
+        "latency (none: only the latency test), fanout (--channels; no latency test unless asked)",
     )
     w.add_argument(
         "--runfor", type=nb.parse_duration, default=10.0, help="writer run time (and concurrent reader)"
@@ -100,6 +104,32 @@ def build_args(argv: list[str] | None = None) -> argparse.Namespace:
         help="create the readers' channel before each phase and POST this JSON object to "
         "nsqd's /channel/config (queue settings, an nsqpy addition), e.g. "
         """'{"max_age":"1h"}'; '{}' only creates the channel (any nsqd takes that)""",
+    )
+    fan = p.add_argument_group("fan-out (--mode fanout)")
+    fan.add_argument(
+        "--channels",
+        default="20,100",
+        metavar="N[,N…]",
+        help="channel counts to run, one phase each (20,100): N channels on one topic, each "
+        "drained by its own consumer (bench_reader --channels N over --reader-procs processes) "
+        "while bench_writer publishes for --runfor",
+    )
+    fan.add_argument(
+        "--fanout-fill",
+        type=int,
+        default=2_000_000,
+        metavar="COPIES",
+        help="memory per queued copy: on a fresh nsqd, publish COPIES/N messages to a topic "
+        "with N channels and no consumers; RSS growth / COPIES (0: skip)",
+    )
+    fan.add_argument(
+        "--fanout-mem-queue-size",
+        type=int,
+        default=0,
+        metavar="N",
+        help="that nsqd's --mem-queue-size (0: the messages per channel, just enough to keep "
+        "them all in memory; a Go nsqd allocates every queue's buffer at this size and sets "
+        "its GC's goal from it)",
     )
     lat = p.add_argument_group("latency")
     lat.add_argument("--no-latency", action="store_true")
@@ -156,6 +186,16 @@ def build_args(argv: list[str] | None = None) -> argparse.Namespace:
         args.count = args.count or 20_000
         args.latency_rate = min(args.latency_rate, 1000.0)
         args.latency_runfor = 1.0
+    try:
+        args.channels = [int(x) for x in str(args.channels).split(",") if x.strip()]
+    except ValueError:
+        p.error("--channels: channel counts separated by commas, e.g. 20,100")
+    if not args.channels or min(args.channels) < 1:
+        p.error("--channels: counts >= 1")
+    if args.mode == "fanout" and args.no_start:
+        p.error("--mode fanout needs the nsqd run.py starts (its HTTP address, its RSS)")
+    if args.mode == "fanout" and nb.upgrade_wanted(args):
+        p.error("--mode fanout runs over plain TCP (no --tls, --snappy, --deflate)")
     if args.latency_runfor is None:
         args.latency_runfor = args.runfor
     if args.latency_size is None:
@@ -242,6 +282,42 @@ def http_ping(host: str, port: int, timeout: float = 2.0) -> bool:
         return False
     finally:
         conn.close()
+
+
+def proc_rss_mb(pid: int) -> float | None:
+    """Resident set size of a process now, MiB (Linux only)."""
+    try:
+        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) / 1024
+    except (OSError, ValueError):
+        pass
+    return None
+
+
+def http_get_json(addr: str, path: str, timeout: float = 30.0) -> dict:
+    """GET a JSON document from nsqd's HTTP API (Go's 1.x and ours answer alike)."""
+    host, port = nb.parse_addr(addr)
+    conn = http.client.HTTPConnection(host, port, timeout=timeout)
+    try:
+        conn.request("GET", path)
+        resp = conn.getresponse()
+        body = resp.read()
+        if resp.status != 200:
+            raise RuntimeError(f"GET {path}: {resp.status} {body[:200]!r}")
+        doc = json.loads(body)
+        return doc.get("data", doc) if isinstance(doc, dict) else {}
+    finally:
+        conn.close()
+
+
+def topic_depths(addr: str, topic: str) -> tuple[int, dict[str, int]]:
+    """A topic's depth and its channels' depths, from /stats."""
+    doc = http_get_json(addr, f"/stats?format=json&topic={topic}&include_clients=false")
+    for t in doc.get("topics") or []:
+        if t.get("topic_name") == topic:
+            return t.get("depth", 0), {c["channel_name"]: c.get("depth", 0) for c in t.get("channels") or []}
+    return 0, {}
 
 
 def http_post(addr: str, path: str, body: bytes = b"", timeout: float = 10.0) -> tuple[int, bytes]:
@@ -423,10 +499,13 @@ def start_tool(tool: str, argv: list[str]) -> subprocess.Popen:
 
 
 class Runner:
-    def __init__(self, args: argparse.Namespace, tcp: str, daemon: Daemon | None):
+    def __init__(
+        self, args: argparse.Namespace, tcp: str, daemon: Daemon | None, workdir: Path | None = None
+    ) -> None:
         self.args = args
         self.tcp = tcp
         self.daemon = daemon
+        self.workdir = workdir
         self.rows: list[dict] = []
         self.failures: list[str] = []
         self.warnings: list[str] = []
@@ -494,7 +573,8 @@ class Runner:
         **extra,
     ) -> dict:
         """Record one result. nsqd cpu = daemon CPU seconds used while the tool ran, divided
-        by the tool's measured duration (busy_s overrides it), so 100% is one full core."""
+        by the tool's measured duration (busy_s overrides it), so 100% is one full core;
+        cpu_s its CPU-seconds, cpu_s_per_M those per 1M of the row's messages."""
         cpu1 = self.cpu()
         busy = busy_s if busy_s is not None else data.get("duration_s") or 0.0
         if not data.get("msgs") or busy < 0.5:
@@ -512,6 +592,10 @@ class Runner:
         }
         if cpu0 is not None and cpu1 is not None and busy > 0:
             r["nsqd_cpu"] = (cpu1 - cpu0) / busy
+        if cpu0 is not None and cpu1 is not None:
+            r["cpu_s"] = cpu1 - cpu0
+            if r["msgs"]:
+                r["cpu_s_per_M"] = r["cpu_s"] / r["msgs"] * 1e6
         r.update(extra)
         self.rows.append(r)
         if rc != 0:
@@ -565,8 +649,11 @@ class Runner:
         rc, r = finish_tool("bench_reader", start_tool("bench_reader", argv), a.reader_runfor + 120)
         got = r.get("msgs", 0)
         reasons = r.get("stop_reasons", [])
-        self.row("sequential", "SUB", rc, r, cpu0, expected=written, stop=",".join(reasons))
+        sub = self.row("sequential", "SUB", rc, r, cpu0, expected=written, stop=",".join(reasons))
         self.check_daemon("sequential SUB")
+        pub = self.rows[-2]
+        if got == written and pub.get("cpu_s") is not None and sub.get("cpu_s") is not None:
+            self.cpu_row("sequential", written, pub["cpu_s"] + sub["cpu_s"])
         if rc == 0 and got < written:
             msg = f"sequential SUB: read {got} of {written} messages (stopped by {','.join(reasons)})"
             if "idle" in reasons:
@@ -582,20 +669,212 @@ class Runner:
         print(f"# concurrent: write and read {topic} at the same time for {a.runfor}s", flush=True)
         self.prepare_channel(topic)
         cpu0 = self.cpu()
-        reader = start_tool("bench_reader", self.reader_argv(topic, a.runfor))
+        if a.count:  # the reader drains what the writer will publish, then stops
+            expected = self.expected_written()
+            argv = self.reader_argv(topic, a.runfor + a.reader_runfor, count=expected, idle=a.idle_timeout)
+        else:
+            argv = self.reader_argv(topic, a.runfor)
+        reader = start_tool("bench_reader", argv)
         writer = start_tool("bench_writer", self.writer_argv(topic))
         sys.stdout.write("PUB: ")
         rc_w, w = finish_tool("bench_writer", writer, a.runfor + 180)
         sys.stdout.write("SUB: ")
-        rc_r, r = finish_tool("bench_reader", reader, a.runfor + 180)
+        rc_r, r = finish_tool("bench_reader", reader, a.runfor + a.reader_runfor + 180)
         busy = max(w.get("duration_s", 0.0), r.get("duration_s", 0.0)) or None
-        self.row("concurrent", "PUB", rc_w, w, cpu0, busy_s=busy)
+        pub = self.row("concurrent", "PUB", rc_w, w, cpu0, busy_s=busy)
         self.row("concurrent", "SUB", rc_r, r, None)
         self.check_daemon("concurrent")
+        done = min(w.get("msgs", 0), r.get("msgs", 0))
+        if done and pub.get("cpu_s") is not None:
+            self.cpu_row("concurrent", done, pub["cpu_s"])
         if rc_w == 0 and not w.get("msgs"):
             self.failures.append("concurrent PUB: no messages published")
         if rc_r == 0 and not r.get("msgs"):
             self.failures.append("concurrent SUB: no messages received")
+
+    def expected_written(self) -> int:
+        """What bench_writer publishes with --count: whole batches, --count split over procs."""
+        a = self.args
+        per_proc = -(-a.count // a.writer_procs)
+        return a.writer_procs * -(-per_proc // a.batch_size) * a.batch_size
+
+    def cpu_row(self, phase: str, msgs: int, cpu_s: float) -> None:
+        """nsqd's CPU-seconds per 1M messages published and consumed in a phase."""
+        self.rows.append(
+            {
+                "phase": phase,
+                "test": "CPU",
+                "rc": 0,
+                "msgs": msgs,
+                "ops_per_s": 0.0,
+                "mb_per_s": 0.0,
+                "duration_s": 0.0,
+                "nsqd_cpu": None,
+                "upgrade": "",
+                "cpu_s": cpu_s,
+                "cpu_s_per_M": cpu_s / msgs * 1e6,
+            }
+        )
+
+    def make_channels(self, http_addr: str, topic: str, n: int) -> None:
+        """Create ``topic`` and its channels ch0..ch<n-1> over HTTP (any nsqd takes that)."""
+        paths = [f"/topic/create?topic={topic}"] + [
+            f"/channel/create?topic={topic}&channel=ch{i}" for i in range(n)
+        ]
+        for path in paths:
+            status, answer = http_post(http_addr, path)
+            if status != 200:
+                self.failures.append(f"POST {path}: {status} {answer.decode(errors='replace')}")
+                raise RuntimeError("channel creation refused")
+
+    def fanout(self, n: int) -> None:
+        """N channels on one topic, each drained by its own consumer, while bench_writer
+        publishes: deliveries summed over channels, the publisher's MPUB round trip."""
+        a = self.args
+        assert self.daemon is not None
+        phase = f"fanout-{n}"
+        topic = f"fanout_{n}" + self.suffix
+        print(f"# {phase}: write {topic} for {a.runfor}s, {n} channels each read by a consumer", flush=True)
+        self.make_channels(self.daemon.http, topic, n)
+        cpu0 = self.cpu()
+        argv = [
+            f"--nsqd-tcp-address={self.tcp}",
+            f"--topic={topic}",
+            "--channel=ch",
+            f"--channels={n}",
+            f"--runfor={a.runfor}",
+            f"--size={a.size}",
+            f"--rdy={a.rdy}",
+            f"--procs={a.reader_procs}",
+        ]
+        reader = start_tool("bench_reader", argv)
+        writer = start_tool("bench_writer", self.writer_argv(topic))
+        sys.stdout.write("PUB: ")
+        rc_w, w = finish_tool("bench_writer", writer, a.runfor + 180)
+        sys.stdout.write("DLV: ")
+        rc_r, r = finish_tool("bench_reader", reader, a.runfor + 180)
+        busy = max(w.get("duration_s", 0.0), r.get("duration_s", 0.0)) or None
+        rtt = w.get("rtt") or {}
+        pub = self.row(
+            phase,
+            "PUB",
+            rc_w,
+            w,
+            cpu0,
+            busy_s=busy,
+            channels=n,
+            rtt_p50_ms=rtt.get("p50_ms"),
+            rtt_p99_ms=rtt.get("p99_ms"),
+            rtt_max_ms=rtt.get("max_ms"),
+        )
+        dlv = self.row(
+            phase,
+            "DLV",
+            rc_r,
+            r,
+            None,
+            channels=n,
+            per_channel_min=r.get("per_channel_min"),
+            per_channel_max=r.get("per_channel_max"),
+        )
+        for row, d in ((pub, w), (dlv, r)):  # the load generator's own CPU, 100% = a core
+            if d.get("tool_cpu_s") is not None and d.get("duration_s"):
+                row["tool_cpu"] = d["tool_cpu_s"] / d["duration_s"]
+        if pub.get("cpu_s") is not None and dlv["msgs"]:
+            dlv["cpu_s_per_M"] = pub["cpu_s"] / dlv["msgs"] * 1e6  # per 1M deliveries
+        self.check_daemon(phase)
+        if rc_w == 0 and not w.get("msgs"):
+            self.failures.append(f"{phase} PUB: no messages published")
+        if rc_r == 0 and not r.get("msgs"):
+            self.failures.append(f"{phase} DLV: no messages received")
+        # the backlog the consumers did not drain would weigh on the next phase
+        status, answer = http_post(self.daemon.http, f"/topic/delete?topic={topic}", timeout=120)
+        if status != 200:
+            self.warnings.append(f"{phase}: deleting {topic}: {status} {answer[:200]!r}")
+
+    def fanout_memory(self, n: int) -> None:
+        """Memory per queued copy: a fresh nsqd, a topic with N channels and no consumers,
+        --fanout-fill/N messages published; (RSS after every channel holds them all - RSS
+        before) / copies."""
+        a = self.args
+        per = a.fanout_fill // n
+        if per < 1:
+            return
+        phase = f"fanout-{n}"
+        # every message stays in memory: the topic's and each channel's queue hold them all
+        # (a Go nsqd allocates each queue's buffer, 8 B a slot, at that size)
+        size = a.fanout_mem_queue_size or per + a.writer_procs * a.batch_size
+        opts = {**vars(a), "mem_queue_size": size, "data_path": None}
+        mem = Daemon(argparse.Namespace(**opts), Path(tempfile.mkdtemp(prefix=f"mem{n}-", dir=self.workdir)))
+        topic = f"fanmem_{n}"
+        print(f"# {phase} memory: {per} messages to {topic} with {n} channels, no consumers", flush=True)
+        try:
+            mem.start()
+            # our nsqd loads its TCP protocol, topics and channels with their first use
+            self.make_channels(mem.http, "fanmem_warmup", 2)
+            warm = [
+                f"--nsqd-tcp-address={mem.tcp}",
+                "--topic=fanmem_warmup",
+                f"--count={a.batch_size}",
+                f"--batch-size={a.batch_size}",
+                f"--size={a.size}",
+            ]
+            finish_tool("bench_writer", start_tool("bench_writer", warm), 60)
+            self.make_channels(mem.http, topic, n)
+            time.sleep(0.5)
+            rss0 = proc_rss_mb(mem.pid or 0)
+            argv = [
+                f"--nsqd-tcp-address={mem.tcp}",
+                f"--topic={topic}",
+                f"--count={per}",
+                "--runfor=3600",
+                f"--size={a.size}",
+                f"--batch-size={a.batch_size}",
+                f"--procs={a.writer_procs}",
+                f"--pipeline={a.pipeline}",
+            ]
+            sys.stdout.write("PUB: ")
+            rc, w = finish_tool("bench_writer", start_tool("bench_writer", argv), 600)
+            written = w.get("msgs", 0)
+            deadline = time.monotonic() + 300
+            while True:  # a Go nsqd copies behind the publisher: wait for every channel
+                tdepth, depths = topic_depths(mem.http, topic)
+                if tdepth == 0 and len(depths) == n and all(d >= written for d in depths.values()):
+                    break
+                if time.monotonic() > deadline:
+                    raise RuntimeError(f"{phase} memory: channels did not fill ({tdepth}, {depths})")
+                time.sleep(0.2)
+            time.sleep(1.0)
+            rss1 = proc_rss_mb(mem.pid or 0)
+        except RuntimeError as exc:
+            self.failures.append(str(exc))
+            return
+        finally:
+            mem.stop()
+        copies = written * n
+        per_copy = None
+        if rss0 is not None and rss1 is not None and copies:
+            per_copy = (rss1 - rss0) * 1048576 / copies
+        self.rows.append(
+            {
+                "phase": phase,
+                "test": "MEM",
+                "rc": rc,
+                "msgs": copies,
+                "ops_per_s": 0.0,
+                "mb_per_s": 0.0,
+                "duration_s": 0.0,
+                "nsqd_cpu": None,
+                "upgrade": "",
+                "channels": n,
+                "published": written,
+                "rss_before_mb": rss0,
+                "rss_after_mb": rss1,
+                "bytes_per_copy": per_copy,
+            }
+        )
+        if rc != 0 or not written:
+            self.failures.append(f"{phase} memory: the writer failed (rc={rc}, {written} written)")
 
     def latency(self) -> None:
         a = self.args
@@ -657,9 +936,24 @@ def print_summary(args: argparse.Namespace, runner: Runner, target: str, daemon:
     for r in runner.rows:
         if r["test"] == "LAT":
             continue
-        note = ""
+        notes = []
         if r.get("expected") is not None:
-            note = f"of {r['expected']} written; stop={r.get('stop', '')}"
+            notes.append(f"of {r['expected']} written; stop={r.get('stop', '')}")
+        if r.get("cpu_s_per_M") is not None:
+            what = "deliveries" if r["test"] == "DLV" else "msgs"
+            notes.append(f"nsqd {r['cpu_s_per_M']:.3f} CPU-s per 1M {what}")
+        if r.get("rtt_p99_ms") is not None:
+            notes.append(f"MPUB round trip p50 {r['rtt_p50_ms']:.3f}ms p99 {r['rtt_p99_ms']:.3f}ms")
+        if r.get("tool_cpu") is not None:
+            notes.append(f"{'writer' if r['test'] == 'PUB' else 'readers'} cpu {r['tool_cpu'] * 100:.0f}%")
+        if r.get("per_channel_min") is not None:
+            notes.append(f"{r['channels']} channels, {r['per_channel_min']}..{r['per_channel_max']} each")
+        if r["test"] == "MEM":
+            notes.append(
+                f"{r['channels']} channels x {r['published']} msgs: RSS {fmt(r['rss_before_mb'], '.1f')} -> "
+                f"{fmt(r['rss_after_mb'], '.1f')} MiB, {fmt(r['bytes_per_copy'], '.0f')} B per queued copy"
+            )
+        note = "; ".join(notes)
         if r["rc"]:
             note = f"FAILED (rc={r['rc']}) " + note
         cpu = "-" if r["nsqd_cpu"] is None else f"{r['nsqd_cpu'] * 100:.0f}%"
@@ -703,7 +997,7 @@ def main(argv: list[str] | None = None) -> int:
         daemon = Daemon(args, workdir)
         tcp = daemon.tcp
         target = args.nsqd_bin
-    runner = Runner(args, tcp, daemon)
+    runner = Runner(args, tcp, daemon, workdir)
     try:
         if daemon:
             try:
@@ -720,7 +1014,13 @@ def main(argv: list[str] | None = None) -> int:
                 runner.sequential()
             if args.mode in ("concurrent", "all"):
                 runner.concurrent()
-            if not args.no_latency or args.mode == "latency":
+            if args.mode == "fanout":
+                for n in args.channels:
+                    runner.fanout(n)
+                if args.fanout_fill:
+                    for n in args.channels:
+                        runner.fanout_memory(n)
+            if (not args.no_latency and args.mode != "fanout") or args.mode == "latency":
                 runner.latency()
         except RuntimeError:
             pass

@@ -19,10 +19,7 @@ from __future__ import annotations
 import logging
 import os
 import stat
-from typing import TYPE_CHECKING
-
-if TYPE_CHECKING:
-    from aiohttp import web
+from typing import Any
 
 __all__ = ["AdminAuth", "AdminTokenError", "read_token_file"]
 
@@ -96,7 +93,7 @@ class AdminAuth:
             ok |= hmac.compare_digest(t, given)  # every token compared, match or not
         return 200 if ok else 403
 
-    def require(self, request: web.Request, bodies: bool = False) -> None:
+    def require(self, request: Any, bodies: bool = False) -> None:
         """Raise the HTTPError that refuses ``request``, if any."""
         from .httpapi import HTTPError  # the HTTP server's own module: imported with it
 

@@ -13,7 +13,6 @@ enum ints).
 from __future__ import annotations
 
 import re
-import tomllib
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Final, Generic, TypeVar
@@ -438,6 +437,8 @@ class FlagSet(Generic[T]):
 
         Unknown keys are ignored, as the Go daemons do.
         """
+        import tomllib  # (only with --config: not in a daemon started without one)
+
         try:
             with open(path, "rb") as fh:
                 raw = tomllib.load(fh)

@@ -5,9 +5,6 @@ bools, ``time.Duration``, ``%q`` and ``%v`` formatting, log level names.
 from __future__ import annotations
 
 import math
-from datetime import date, datetime
-from datetime import time as clock_time
-from decimal import Decimal
 from typing import Any, Final
 
 NS_PER_S: Final = 1_000_000_000
@@ -300,6 +297,8 @@ def go_float_v(f: float) -> str:
         return "NaN"
     if math.isinf(f):
         return "+Inf" if f > 0 else "-Inf"
+    from decimal import Decimal  # (only for --config values and flag output: not at start-up)
+
     d = Decimal(repr(f)).normalize()
     sign, digits, exp = d.as_tuple()
     assert isinstance(exp, int)
@@ -337,6 +336,9 @@ def go_type(v: Any) -> str:
         return "[]interface {}"
     if isinstance(v, dict):
         return "map[string]interface {}"
+    from datetime import date, datetime
+    from datetime import time as clock_time
+
     if isinstance(v, datetime | date | clock_time):
         return "time.Time"
     return type(v).__name__

@@ -1,5 +1,7 @@
 """The HTTP plumbing the NSQ daemons share (Go's ``internal/http_api`` plus
-``julienschmidt/httprouter`` as NSQ configures it), on aiohttp.
+``julienschmidt/httprouter`` as NSQ configures it). nsqd and nsqlookupd serve it on
+:mod:`nsqpy.httpserver` (Go's ``net/http`` answers, without aiohttp's memory); nsqadmin on
+aiohttp (:mod:`nsqpy.nsqadmin.aioserve` turns these responses into aiohttp's).
 
 - :class:`Router`: exact-path and ``/prefix/:param`` routes; 404 ``NOT_FOUND`` and 405
   ``METHOD_NOT_ALLOWED`` (with ``Allow``) as JSON, automatic ``OPTIONS``, 301/307 redirects
@@ -10,28 +12,22 @@
   are ``{"message":"<CODE>"}``), ``PLAIN`` (Go's ``PlainText`` decorator: text both ways) and
   ``RAW`` (the handler builds its own response, as Go's pprof handlers do).
 - Request helpers with Go's semantics: ``url.ParseQuery``, ``http_api.ReqParams.Get``,
-  ``GetTopicChannelArgs``, bodies read with a limit and a deferred ``100 Continue``.
+  ``GetTopicChannelArgs``, bodies read with a limit (the deferred ``100 Continue`` first).
 
 Python equivalents of Go's ``/debug/pprof`` endpoints are in :mod:`nsqpy.pprof`.
 """
 
 from __future__ import annotations
 
-import html
 import json
 import logging
 import re
-import socket
-import ssl
 import time
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any
-from urllib.parse import unquote_to_bytes
 
-from aiohttp import web
-
-from .daemon import LISTEN_BACKLOG
 from .goflags import format_duration_ns
+from .httpserver import BodyError, Request, Response, serve
 from .protocol.names import is_valid_channel_name, is_valid_topic_name
 
 if TYPE_CHECKING:
@@ -47,13 +43,14 @@ __all__ = [
     "HTTPError",
     "Handler",
     "Params",
+    "Request",
+    "Response",
     "Router",
     "clean_path",
-    "continue_100",
-    "expect_handler",
     "get_param",
     "go_json",
     "parse_query",
+    "raw_query",
     "read_max",
     "req_params",
     "respond_plain",
@@ -68,7 +65,8 @@ TEXT_TYPE = "text/plain; charset=utf-8"
 V1_HEADER = ("X-NSQ-Content-Type", "nsq; version=1.0")
 
 Params = dict[str, str]
-Handler = Callable[[web.Request, Params], Awaitable[Any]]
+#: a handler gets the request (ours, or aiohttp's for nsqadmin) and the path parameters
+Handler = Callable[[Any, Params], Awaitable[Any]]
 
 V1 = "v1"  #: errors as JSON {"message": ...}, results per RespondV1
 PLAIN = "plain"  #: errors and results as plain text (Go's PlainText decorator)
@@ -117,34 +115,30 @@ def go_json(obj: Any) -> bytes:
     return s.encode()
 
 
-def respond_v1(data: Any, status: int = 200) -> web.Response:
-    """Go's ``RespondV1``: str/bytes as text, None as an empty body, else JSON."""
+def respond_v1(data: Any, status: int = 200) -> Response:
+    """Go's ``RespondV1``: str/bytes as text, None as an empty body, else JSON. Text gets no
+    ``Content-Type`` of its own: the server sniffs one, as Go's does."""
     headers = {V1_HEADER[0]: V1_HEADER[1]}
     if data is None:
-        return web.Response(status=status, headers=headers)
+        return Response(status, b"", headers)
     if isinstance(data, str):
-        body = data.encode()
-    elif isinstance(data, bytes):
-        body = data
-    else:
-        headers["Content-Type"] = JSON_TYPE
-        return web.Response(status=status, body=go_json(data), headers=headers)
-    if body:
-        headers["Content-Type"] = TEXT_TYPE  # what Go's content sniffing picks for text
-    return web.Response(status=status, body=body, headers=headers)
+        return Response(status, data.encode(), headers)
+    if isinstance(data, bytes):
+        return Response(status, data, headers)
+    headers["Content-Type"] = JSON_TYPE
+    return Response(status, go_json(data), headers)
 
 
-def respond_v1_error(status: int, text: str, headers: dict[str, str] | None = None) -> web.Response:
+def respond_v1_error(status: int, text: str, headers: dict[str, str] | None = None) -> Response:
     h = {V1_HEADER[0]: V1_HEADER[1], "Content-Type": JSON_TYPE}
     if headers:
         h.update(headers)
-    return web.Response(status=status, body=go_json({"message": text}), headers=h)
+    return Response(status, go_json({"message": text}), h)
 
 
-def respond_plain(text: str | bytes, status: int = 200) -> web.Response:
-    body = text.encode() if isinstance(text, str) else text
-    headers = {"Content-Type": TEXT_TYPE} if body else {}
-    return web.Response(status=status, body=body, headers=headers)
+def respond_plain(text: str | bytes, status: int = 200) -> Response:
+    """Go's ``PlainText`` decorator: the text as it is (its type sniffed by the server)."""
+    return Response(status, text.encode() if isinstance(text, str) else text)
 
 
 # --- request parameters -------------------------------------------------------------------------
@@ -158,7 +152,12 @@ def _query_unescape(s: str) -> str:
         return s
     if _BAD_ESCAPE.search(s):
         raise ValueError(f"invalid URL escape in {s!r}")
-    return unquote_to_bytes(s.replace("+", " ")).decode("utf-8", "replace")
+    first, *rest = s.replace("+", " ").encode().split(b"%")
+    out = bytearray(first)
+    for part in rest:  # each starts with two hex digits (checked above)
+        out.append(int(part[:2], 16))
+        out += part[2:]
+    return out.decode("utf-8", "replace")
 
 
 def parse_query(raw: str) -> tuple[dict[str, list[str]], bool]:
@@ -183,10 +182,17 @@ def parse_query(raw: str) -> tuple[dict[str, list[str]], bool]:
     return values, ok
 
 
-def req_params(request: web.Request) -> dict[str, list[str]]:
+def raw_query(request: Any) -> str:
+    """The query string as sent (ours, or an aiohttp request's)."""
+    if isinstance(request, Request):
+        return request.raw_query_string
+    return str(request.rel_url.raw_query_string)
+
+
+def req_params(request: Any) -> dict[str, list[str]]:
     """Parsed query parameters (``http_api.NewReqParams``); a malformed query is 400
     ``INVALID_REQUEST``."""
-    values, ok = parse_query(request.rel_url.raw_query_string)
+    values, ok = parse_query(raw_query(request))
     if not ok:
         raise HTTPError(400, "INVALID_REQUEST")
     return values
@@ -214,42 +220,28 @@ def topic_channel_args(values: dict[str, list[str]]) -> tuple[str, str]:
     return topic, channel
 
 
-async def expect_handler(request: web.Request) -> None:
-    """Accept ``Expect: 100-continue`` but send the ``100 Continue`` only when the handler
-    reads the body (as Go's server does), so an early 413 saves the upload."""
-    expect = request.headers.get("Expect", "")
-    if request.version >= (1, 1) and expect.lower() != "100-continue":
-        raise web.HTTPExpectationFailed(text=f"Unknown Expect: {expect}")
+async def read_max(request: Any, limit: int) -> bytes:
+    """Read the body, stopping after ``limit`` bytes (Go's ``io.LimitReader``); a body that
+    breaks off is Go's 500 ``INTERNAL_ERROR``."""
+    if isinstance(request, Request):
+        try:
+            return await request.read(limit)
+        except BodyError:
+            raise HTTPError(500, "INTERNAL_ERROR") from None
+    from .nsqadmin.aioserve import read_max as aiohttp_read_max
+
+    return await aiohttp_read_max(request, limit)
 
 
-_CONTINUED = web.RequestKey("nsq.continued", bool)
-
-
-async def continue_100(request: web.Request) -> None:
-    """Send the deferred ``100 Continue`` (once) before reading a body."""
-    if (
-        request.version >= (1, 1)
-        and _CONTINUED not in request
-        and request.headers.get("Expect", "").lower() == "100-continue"
-    ):
-        request[_CONTINUED] = True
-        await request.writer.write(b"HTTP/1.1 100 Continue\r\n\r\n")
-        request.writer.output_size = 0
-
-
-async def read_max(request: web.Request, limit: int) -> bytes:
-    """Read the body, stopping after ``limit`` bytes (Go's ``io.LimitReader``)."""
-    await continue_100(request)
-    content = request.content
-    chunks: list[bytes] = []
-    n = 0
-    while n < limit:
-        chunk = await content.read(limit - n)
-        if not chunk:
-            break
-        chunks.append(chunk)
-        n += len(chunk)
-    return chunks[0] if len(chunks) == 1 else b"".join(chunks)
+def _html_escape(s: str) -> str:
+    """Go's ``net/http`` ``htmlEscape`` (what ``http.Redirect`` writes in its body)."""
+    return (
+        s.replace("&", "&amp;")
+        .replace("<", "&lt;")
+        .replace(">", "&gt;")
+        .replace('"', "&#34;")
+        .replace("'", "&#39;")
+    )
 
 
 def clean_path(p: str) -> str:
@@ -290,6 +282,9 @@ class Router:
         self.param_routes: list[tuple[str, str, dict[str, Route]]] = []
         self.methods: set[str] = set()
 
+    #: what a handler may return as a finished response
+    response_types: tuple[type, ...] = (Response,)
+
     def route(
         self,
         method: str,
@@ -321,7 +316,7 @@ class Router:
         self.routes.setdefault(path, {})[method] = route
 
     def _guarded(self, handler: Handler, bodies: bool) -> Handler:
-        async def guarded(request: web.Request, params: Params) -> Any:
+        async def guarded(request: Any, params: Params) -> Any:
             auth = self.admin_auth
             if auth is not None:
                 auth.require(request, bodies=bodies)
@@ -341,6 +336,8 @@ class Router:
         return None, {}
 
     def _allowed(self, path: str, method: str) -> str:
+        if path == "*":  # server-wide: every method routed anywhere
+            return ", ".join(sorted(self.methods | {"OPTIONS"}))
         table, _ = self._lookup(path)
         if not table:
             return ""
@@ -370,7 +367,7 @@ class Router:
                         return prefix + value
         return None
 
-    async def dispatch(self, request: web.Request) -> web.StreamResponse:
+    async def dispatch(self, request: Any) -> Any:
         path = request.path
         method = request.method
         table, params = self._lookup(path)
@@ -385,7 +382,7 @@ class Router:
         if method == "OPTIONS":
             allow = self._allowed(path, method)
             if allow:
-                return web.Response(status=200, headers={"Allow": allow})
+                return Response(200, b"", {"Allow": allow})
         else:
             allow = self._allowed(path, method)
             if allow:
@@ -393,34 +390,30 @@ class Router:
         return await self.call(request, (self._not_found, V1, True), {})
 
     @staticmethod
-    def _redirect(request: web.Request, path: str, code: int) -> web.Response:
-        qs = request.rel_url.raw_query_string
+    def _redirect(request: Any, path: str, code: int) -> Response:
+        qs = raw_query(request)
         location = path + ("?" + qs if qs else "")
         headers = {"Location": location}
         if request.method in ("GET", "HEAD"):
             headers["Content-Type"] = "text/html; charset=utf-8"
             text = "Moved Permanently" if code == 301 else "Temporary Redirect"
-            return web.Response(
-                status=code,
-                body=f'<a href="{html.escape(location)}">{text}</a>.\n\n'.encode(),
-                headers=headers,
-            )
-        return web.Response(status=code, headers=headers)
+            return Response(code, f'<a href="{_html_escape(location)}">{text}</a>.\n\n'.encode(), headers)
+        return Response(code, b"", headers)
 
     @staticmethod
-    async def _not_found(request: web.Request, params: Params) -> Any:
+    async def _not_found(request: Any, params: Params) -> Any:
         raise HTTPError(404, "NOT_FOUND")
 
     @staticmethod
-    async def _method_not_allowed(request: web.Request, params: Params) -> Any:
+    async def _method_not_allowed(request: Any, params: Params) -> Any:
         raise HTTPError(405, "METHOD_NOT_ALLOWED")
 
-    async def call(self, request: web.Request, route: Route, params: Params) -> web.StreamResponse:
+    async def call(self, request: Any, route: Route, params: Params) -> Any:
         """Run one handler in its response style; log it like Go's ``Log`` decorator."""
         handler, style, logged = route
         start = time.perf_counter_ns()
         status = 200
-        resp: web.StreamResponse
+        resp: Any
         try:
             data = await handler(request, params)
         except HTTPError as e:
@@ -436,9 +429,9 @@ class Router:
             status = 500
             resp = respond_v1_error(500, "INTERNAL_ERROR")
         else:
-            if isinstance(data, web.StreamResponse):
+            if isinstance(data, self.response_types):
                 resp = data
-                status = data.status
+                status = resp.status
             elif style == PLAIN:
                 resp = respond_plain(data or "")
             else:
@@ -453,18 +446,3 @@ class Router:
                 format_duration_ns(time.perf_counter_ns() - start),
             )
         return resp
-
-
-async def serve(
-    dispatch: Callable[[web.Request], Awaitable[web.StreamResponse]],
-    sock: socket.socket,
-    ssl_context: ssl.SSLContext | None = None,
-) -> web.AppRunner:
-    """Serve every path and method through ``dispatch`` on an already-bound socket (HTTPS
-    with ``ssl_context``)."""
-    app = web.Application()
-    app.router.add_route("*", "/{tail:.*}", dispatch, expect_handler=expect_handler)
-    runner = web.AppRunner(app, access_log=None, shutdown_timeout=2.0)
-    await runner.setup()
-    await web.SockSite(runner, sock, ssl_context=ssl_context, backlog=LISTEN_BACKLOG).start()
-    return runner

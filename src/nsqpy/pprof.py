@@ -6,20 +6,20 @@ tasks), ``heap`` (tracemalloc and memory counters) and ``profile`` (cProfile of 
 from __future__ import annotations
 
 import asyncio
-import cProfile
 import gc
 import io
-import pstats
 import sys
 import threading
 import traceback
-import tracemalloc
 from collections.abc import Callable
 from typing import Any
 
-from aiohttp import web
+from .httpapi import RAW, TEXT_TYPE, Params, Response, Router, get_param, parse_query, raw_query
 
-from .httpapi import RAW, Params, Router, get_param, parse_query, respond_plain
+
+def respond_plain(text: str, status: int = 200) -> Response:
+    """Text with its type set, as Go's pprof handlers answer."""
+    return Response(status, text.encode(), {"Content-Type": TEXT_TYPE})
 
 
 class Pprof:
@@ -53,7 +53,7 @@ class Pprof:
         r("GET", "/debug/pprof/heap", self.pprof_heap, RAW, logged=False, access=access)
         r("GET", "/debug/pprof/profile", self.pprof_profile, RAW, logged=False, access=access)
 
-    async def pprof_index(self, request: web.Request, params: Params) -> Any:
+    async def pprof_index(self, request: Any, params: Params) -> Any:
         return respond_plain(
             "nsqpy debug endpoints (Python equivalents of Go's pprof):\n\n"
             "/debug/pprof/cmdline     the command line, NUL-separated\n"
@@ -63,10 +63,10 @@ class Pprof:
             + self.extra_index
         )
 
-    async def pprof_cmdline(self, request: web.Request, params: Params) -> Any:
+    async def pprof_cmdline(self, request: Any, params: Params) -> Any:
         return respond_plain("\x00".join(sys.argv))
 
-    async def pprof_goroutine(self, request: web.Request, params: Params) -> Any:
+    async def pprof_goroutine(self, request: Any, params: Params) -> Any:
         out = io.StringIO()
         frames = sys._current_frames()
         for th in threading.enumerate():
@@ -83,7 +83,9 @@ class Pprof:
             out.write("\n")
         return respond_plain(out.getvalue())
 
-    async def pprof_heap(self, request: web.Request, params: Params) -> Any:
+    async def pprof_heap(self, request: Any, params: Params) -> Any:
+        import tracemalloc  # (the debug endpoints' modules load with their first use)
+
         out = io.StringIO()
         if tracemalloc.is_tracing():
             snap = tracemalloc.take_snapshot()
@@ -107,14 +109,17 @@ class Pprof:
             out.write(f"gc_generation_{gen} {st}\n")
         return respond_plain(out.getvalue())
 
-    async def pprof_profile(self, request: web.Request, params: Params) -> Any:
-        values, _ = parse_query(request.rel_url.raw_query_string)
+    async def pprof_profile(self, request: Any, params: Params) -> Any:
+        values, _ = parse_query(raw_query(request))
         try:
             seconds = float(get_param(values, "seconds") or "0")
         except ValueError:
             seconds = 0.0
         if not 0 < seconds < float("inf"):
             seconds = 30.0
+        import cProfile
+        import pstats
+
         if self._profiling:
             return respond_plain("Could not enable CPU profiling: cpu profiling already in use\n", 500)
         prof = cProfile.Profile()

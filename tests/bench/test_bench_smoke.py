@@ -45,8 +45,10 @@ def test_bench_run_smoke() -> None:
     assert set(rows) == {
         ("sequential", "PUB"),
         ("sequential", "SUB"),
+        ("sequential", "CPU"),
         ("concurrent", "PUB"),
         ("concurrent", "SUB"),
+        ("concurrent", "CPU"),
         ("latency", "LAT"),
     }
     assert all(r["rc"] == 0 and r["msgs"] > 0 for r in rows.values()), summary["rows"]
@@ -83,12 +85,16 @@ def test_bench_run_smoke_upgraded(flags: list[str], negotiated: tuple[str, ...])
     assert set(rows) == {
         ("sequential", "PUB"),
         ("sequential", "SUB"),
+        ("sequential", "CPU"),
         ("concurrent", "PUB"),
         ("concurrent", "SUB"),
+        ("concurrent", "CPU"),
         ("latency", "LAT"),
     }
     for r in rows.values():
         assert r["rc"] == 0 and r["msgs"] > 0, summary["rows"]
+        if r["test"] == "CPU":  # nsqd's CPU per message of a phase, no tool of its own
+            continue
         for part in negotiated:  # what the tool reports it negotiated with nsqd
             assert part in r["upgrade"], summary["rows"]
     written = rows[("sequential", "PUB")]["msgs"]
@@ -142,6 +148,57 @@ def test_bench_run_with_channel_settings() -> None:
             [sys.executable, str(ROOT / "bench" / "run.py"), arg], cwd=ROOT, capture_output=True, text=True
         )
         assert usage.returncode == 2 and "--channel-config" in usage.stderr
+
+
+@pytest.mark.timeout(200)
+def test_bench_run_fanout_smoke() -> None:
+    """run.py --mode fanout: one topic with N channels, each read by its own consumer while
+    bench_writer publishes (deliveries summed over channels, the publisher's MPUB round
+    trips), then the memory per queued copy on a fresh nsqd with N channels and no consumers."""
+    stdout, output = run_bench(
+        "run.py",
+        "--mode=fanout",
+        "--channels=2,5",
+        "--runfor=1",
+        "--fanout-fill=5000",
+        "--json",
+        f"--nsqd-bin={NSQD}",
+        timeout=180,
+    )
+    assert "RESULT: OK" in stdout, output
+    summary = json.loads([ln for ln in stdout.splitlines() if ln.startswith('{"target"')][-1])
+    assert summary["failures"] == []
+    rows = {(r["phase"], r["test"]): r for r in summary["rows"]}
+    assert set(rows) == {(f"fanout-{n}", t) for n in (2, 5) for t in ("PUB", "DLV", "MEM")}
+    for n in (2, 5):
+        pub, dlv, mem = (rows[(f"fanout-{n}", t)] for t in ("PUB", "DLV", "MEM"))
+        assert pub["rc"] == 0 and pub["msgs"] > 0 and pub["ops_per_s"] > 0, pub
+        assert 0 < pub["rtt_p50_ms"] <= pub["rtt_p99_ms"], pub
+        assert pub["cpu_s"] > 0 and pub["nsqd_cpu"] is not None, pub
+        # every channel got messages, and no consumer more than was published
+        assert dlv["rc"] == 0 and dlv["channels"] == n and dlv["ops_per_s"] > 0, dlv
+        assert 0 < dlv["per_channel_min"] <= dlv["per_channel_max"] <= pub["msgs"], dlv
+        assert dlv["msgs"] <= n * pub["msgs"] and dlv["cpu_s_per_M"] > 0, dlv
+        # the fill: whole batches of 200, every channel holding all of them
+        assert mem["published"] == 200 * -(-5000 // n // 200), mem
+        assert mem["msgs"] == n * mem["published"] and mem["bytes_per_copy"] is not None, mem
+
+
+@pytest.mark.timeout(200)
+def test_bench_run_cpu_per_message_smoke() -> None:
+    """With --count, the concurrent reader drains everything the writer publishes, and both
+    modes report nsqd's CPU-seconds per 1M messages published and consumed (CPU rows)."""
+    stdout, output = run_bench(
+        "run.py", "--mode=all", "--count=20000", "--no-latency", "--json", f"--nsqd-bin={NSQD}", timeout=180
+    )
+    assert "RESULT: OK" in stdout, output
+    summary = json.loads([ln for ln in stdout.splitlines() if ln.startswith('{"target"')][-1])
+    rows = {(r["phase"], r["test"]): r for r in summary["rows"]}
+    for phase in ("sequential", "concurrent"):
+        cpu = rows[(phase, "CPU")]
+        assert cpu["msgs"] == 20000 and cpu["cpu_s_per_M"] > 0, cpu
+        assert rows[(phase, "SUB")]["msgs"] == rows[(phase, "PUB")]["msgs"] == 20000
+    assert "CPU-s per 1M msgs" in stdout, output
 
 
 @pytest.mark.timeout(200)

@@ -42,6 +42,8 @@ class FakeConsumer:
         timers = channel.timers[self.id]
         while n > 0 and channel.queue:
             msg = channel.queue.popleft()
+            if msg.deadline < 0:  # queued by several channels (SHARED): this one's copy
+                msg = msg.copy()
             msg.attempts += 1
             msg.client = self
             msg.deadline = loop_now + self.msg_timeout

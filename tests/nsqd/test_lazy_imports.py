@@ -1,6 +1,8 @@
-"""What an nsqd loads only when a flag or a client asks for it: the HTTP server (aiohttp)
-starts with the HTTP listener's first connection; TLS, compression, AUTH and Prometheus
-modules load with their first use. An idle daemon stays small (bench/bench_idle.py)."""
+"""What an nsqd loads only when a flag or a client asks for it: the HTTP server
+(nsqpy.httpserver) starts with the HTTP listener's first connection; TLS, compression, AUTH,
+--config and the debug endpoints' modules load with their first use; and an nsqd in real use
+(pinged, scraped, a producer and a consumer) never loads aiohttp or prometheus_client. An
+idle daemon stays small (bench/bench_idle.py), one in real use too (bench/bench_rss.py)."""
 
 from __future__ import annotations
 
@@ -101,3 +103,88 @@ def test_topics_and_the_tcp_protocol_load_with_the_first_topic_and_connection(tm
     # ... and the first connection's PUB created the topic and was answered OK
     assert doc["ok"] and doc["topics"] == ["t"]
     assert loaded.issuperset(lazy)
+
+
+REAL_USE_SCRIPT = r"""
+import asyncio, json, struct, sys, tempfile
+from nsqpy.nsqd.nsqd import NSQD
+from nsqpy.nsqd.options import Options
+from nsqpy.nsqlookupd.nsqlookupd import NSQLookupd
+from nsqpy.nsqlookupd.options import Options as LookupdOptions
+
+async def get(port, path):
+    r, w = await asyncio.open_connection("127.0.0.1", port)
+    w.write(f"GET {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n".encode())
+    data = await r.read()
+    w.close()
+    return data.split(b" ", 2)[1]
+
+async def main():
+    lookupd = NSQLookupd(LookupdOptions(tcp_address="127.0.0.1:0", http_address="127.0.0.1:0"))
+    await lookupd.start()
+    opts = Options(tcp_address="127.0.0.1:0", http_address="127.0.0.1:0",
+                   data_path=tempfile.mkdtemp(), nsqlookupd_tcp_addresses=[lookupd.tcp_addr_str])
+    async with NSQD(opts) as nsqd:
+        while not nsqd.lookup_peers.http_addresses():  # lookupd answered IDENTIFY
+            await asyncio.sleep(0.01)
+        statuses = [await get(nsqd.http_port, p) for p in ("/ping", "/stats", "/metrics")]
+        pr, pw = await asyncio.open_connection("127.0.0.1", nsqd.tcp_port)
+        pw.write(b"  V2" + b"PUB t\n" + struct.pack(">i", 5) + b"hello")
+        await pw.drain()
+        published = (await pr.readexactly(10))[-2:] == b"OK"
+        cr, cw = await asyncio.open_connection("127.0.0.1", nsqd.tcp_port)
+        cw.write(b"  V2SUB t c\nRDY 1\n")
+        await cr.readexactly(10)
+        frame = await cr.readexactly(8)
+        size = struct.unpack(">i", frame[:4])[0]
+        body = (await cr.readexactly(size - 4))[-5:]
+        print(json.dumps({"statuses": [s.decode() for s in statuses], "published": published,
+                          "body": body.decode(), "modules": sorted(sys.modules)}))
+        pw.close()
+        cw.close()
+    await lookupd.stop()
+
+import uvloop  # as the nsqd console script runs
+uvloop.run(main())
+"""
+
+
+def test_a_daemon_in_real_use_loads_no_aiohttp_prometheus_client_or_config_parsers():
+    """Pinged, stats and metrics scraped, one producer and one consumer, an nsqlookupd asked
+    for the new topic's channels: the HTTP server is nsqpy.httpserver, /metrics nsqpy.metrics
+    and the lookupd query nsqpy.httpget, none of the client libraries (issue 31). (nsqlookupd
+    runs in the same process here: it loads no more than nsqd.)"""
+    out = subprocess.run(
+        [sys.executable, "-c", REAL_USE_SCRIPT], capture_output=True, text=True, timeout=60, check=True
+    )
+    doc = json.loads(out.stdout.strip().splitlines()[-1])
+    assert doc["statuses"] == ["200", "200", "200"] and doc["published"] and doc["body"] == "hello"
+    loaded = set(doc["modules"])
+    assert {"nsqpy.httpserver", "nsqpy.nsqd.http", "nsqpy.metrics", "nsqpy.httpget"} <= loaded
+    for name in (
+        "aiohttp",
+        "multidict",
+        "yarl",
+        "propcache",
+        "frozenlist",
+        "aiosignal",
+        "aiohappyeyeballs",
+        "attr",
+        "prometheus_client",
+        "http.server",
+        "wsgiref",
+        "gzip",
+        "cramjam",
+        "OpenSSL",
+        "html",
+        "urllib.parse",
+        "email",
+        "tomllib",
+        "encodings.idna",
+        "decimal",
+        "datetime",
+        "cProfile",
+        "tracemalloc",
+        "nsqpy.nsqadmin",
+    ):
+        assert name not in loaded, f"{name} loaded by an nsqd in real use"

@@ -288,6 +288,36 @@ async def test_every_channel_gets_a_copy_and_topic_holds_without_channels(nsqd):
     await c2.expect_silence(0.2)
 
 
+async def test_attempts_are_per_channel(nsqd):
+    """A message published to a topic with several channels is delivered, requeued and
+    finished by each channel on its own: a REQ on one leaves the others' attempts alone."""
+    c1 = await consumer(nsqd, "t", "c1", rdy=10)
+    c2 = await consumer(nsqd, "t", "c2", rdy=10)
+    c3 = await consumer(nsqd, "t", "c3", rdy=10)
+    p = await client(nsqd)
+    p.send(commands.mpub("t", [b"a", b"b"]))
+    assert await p.read_frame() == (0, b"OK")
+    first = await c1.read_messages(2)
+    assert [(m.body, m.attempts) for m in first] == [(b"a", 1), (b"b", 1)]
+    c1.send(commands.req(first[0].id, 0))
+    again = await c1.read_message()
+    assert (again.id, again.attempts) == (first[0].id, 2)
+    got2 = await c2.read_messages(2)
+    assert [(m.id, m.attempts) for m in got2] == [(m.id, 1) for m in first]
+    for m in got2:
+        c2.send(commands.fin(m.id))
+    got3 = await c3.read_messages(2)
+    assert [(m.body, m.attempts) for m in got3] == [(b"a", 1), (b"b", 1)]
+    c3.send(commands.req(got3[1].id, 0))
+    m = await c3.read_message()
+    assert (m.body, m.attempts) == (b"b", 2)
+    c1.send(commands.fin(again.id) + commands.fin(first[1].id))
+    ch1, ch2, ch3 = (channel_of(nsqd, "t", c) for c in ("c1", "c2", "c3"))
+    await wait_for(lambda: not ch1.in_flight and not ch2.in_flight)
+    assert len(ch3.in_flight) == 2
+    await c2.expect_silence(0.1)
+
+
 # --- FIN / REQ / TOUCH / timeouts ------------------------------------------------------------
 
 

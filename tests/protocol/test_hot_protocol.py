@@ -104,7 +104,10 @@ def test_decode_mpub_edges():
     ]:
         same_decode(body, mm, mb)
     same_decode(struct.pack(">ii", 1, 1) + b"a", 2**70, 2**70, declined=True)  # beyond int64
-    assert hot.decode_mpub(bytearray(b"\x00\x00\x00\x01\x00\x00\x00\x01a"), 10, 100) is None
+    # a body received in place is a bytearray: split the same, into bytes
+    got = hot.decode_mpub(bytearray(b"\x00\x00\x00\x01\x00\x00\x00\x01a"), 10, 100)
+    assert got == [b"a"] and type(got[0]) is bytes
+    assert hot.decode_mpub(memoryview(b"\x00\x00\x00\x01\x00\x00\x00\x01a"), 10, 100) is None
 
 
 # --- parse_line / CommandParser -----------------------------------------------------------

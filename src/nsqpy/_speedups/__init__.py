@@ -20,7 +20,7 @@ import warnings
 PURE_PYTHON_ENV = "NSQPY_PURE_PYTHON"
 
 #: The C module's API version this Python code speaks (``_hot.c``'s HOT_API_VERSION).
-API_VERSION = 3
+API_VERSION = 5
 
 
 def _wanted() -> bool:

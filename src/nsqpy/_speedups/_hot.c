@@ -18,6 +18,8 @@
  *   frame_records    nsqd/diskqueue.py frame_records_py    records -> [len][record]...
  *   split_records    nsqd/diskqueue.py split_records_py    [len][record]... -> records
  *   scan_frames      spark/burst.py scan_frames_py         nsqd's frame stream -> Arrow column buffers
+ *   tune_malloc      nsqd/main.py tune_malloc              glibc's mallopt (no Python twin: the
+ *                                                          pure-Python daemon leaves malloc as is)
  *
  * Fast paths validate and never explain: on input the reference would reject (or that
  * this code does not handle) they return None, and the caller runs the reference, which
@@ -29,13 +31,16 @@
 #include <structmember.h>
 #include <stdint.h>
 #include <string.h>
+#if defined(__GLIBC__)
+#include <malloc.h>
+#endif
 
 #ifndef T_OBJECT_EX
 #define T_OBJECT_EX 16
 #endif
 
 /* bumped whenever a signature changes: the wiring refuses a stale build */
-#define HOT_API_VERSION 3
+#define HOT_API_VERSION 5
 
 /* --- the layout (protocol/frames.py) ----------------------------------------------------- */
 
@@ -233,7 +238,8 @@ get_i64(const unsigned char *p)
 
 PyDoc_STRVAR(decode_mpub_doc,
 "decode_mpub(body, max_msg_size, max_body_size) -> list[bytes] | None\n\n"
-"Split an MPUB body [int32 num]([int32 size][bytes])*; None if decode_mpub_py would raise.");
+"Split an MPUB body [int32 num]([int32 size][bytes])* (bytes or a bytearray) into bytes;\n"
+"None if decode_mpub_py would raise.");
 
 static PyObject *
 decode_mpub(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
@@ -243,16 +249,25 @@ decode_mpub(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
         return NULL;
     }
     PyObject *body = args[0];
-    if (!PyBytes_CheckExact(body))
+    const unsigned char *p;
+    Py_ssize_t blen;
+    /* a bytearray (a body received in place) is only read here: nothing runs Python code
+     * meanwhile, so it cannot be resized under us */
+    if (PyBytes_CheckExact(body)) {
+        p = (const unsigned char *)PyBytes_AS_STRING(body);
+        blen = PyBytes_GET_SIZE(body);
+    } else if (PyByteArray_CheckExact(body)) {
+        p = (const unsigned char *)PyByteArray_AS_STRING(body);
+        blen = PyByteArray_GET_SIZE(body);
+    } else {
         Py_RETURN_NONE;
+    }
     long long max_msg = PyLong_AsLongLong(args[1]);
     long long max_body = PyLong_AsLongLong(args[2]);
     if (PyErr_Occurred()) {
         PyErr_Clear();
         Py_RETURN_NONE;
     }
-    const unsigned char *p = (const unsigned char *)PyBytes_AS_STRING(body);
-    Py_ssize_t blen = PyBytes_GET_SIZE(body);
     if (blen < 4 || max_body < 4)
         Py_RETURN_NONE;
     long long num = get_i32(p);
@@ -397,13 +412,19 @@ copy_messages(PyObject *self, PyObject *msgs)
 PyDoc_STRVAR(send_batch_doc,
 "send_batch(queue, n, owner, in_flight, entries, deadline, now, out[, sample, randrange\n"
 "           [, expire_before, max_attempts, rejected]]) -> (sent, nbytes) | None\n\n"
-"Pop up to n messages off the queue (a deque) and put them in flight to owner: attempts + 1,\n"
+"Pop up to n messages off the queue (a deque) and put them in flight to owner (a copy of\n"
+"a message queued by several channels, whose deadline is message.SHARED): attempts + 1,\n"
 "client, deadline and delivery_ts set, indexed in in_flight by id, (deadline, msg) appended\n"
-"to entries (a deque). Their frames go to the list out as one bytes object. None (nothing\n"
+"to entries (a deque). Their frames go to the list out as one bytes object (a body of\n"
+"LARGE_BODY bytes or more follows its frame header as it is, uncopied). None (nothing\n"
 "changed) if a message cannot be framed: the reference then raises as it always did. With\n"
 "sample (1-99), a message is dropped unless randrange(100) <= sample. A message published\n"
 "before expire_before (ns, 0: none) or with max_attempts attempts made (0: none) is not sent\n"
 "but appended to the list rejected.");
+
+/* a body at least this long is not copied into a batch's frames: it goes to the output
+ * list as it is, after its frame header (client_v2.LARGE_BODY) */
+#define LARGE_BODY (16 * 1024)
 
 /* what pass 1 learns of each message */
 typedef struct {
@@ -594,13 +615,38 @@ send_batch(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
         Py_RETURN_NONE;
     }
     ents = PyList_New(n);
-    frames = PyBytes_FromStringAndSize(NULL, total);
-    if (ents == NULL || frames == NULL)
+    if (ents == NULL)
         goto fail;
-    unsigned char *w = (unsigned char *)PyBytes_AS_STRING(frames);
-    /* pass 2: in flight, and framed */
+    unsigned char *w = NULL;
+    /* pass 2: in flight, and framed: frames and small bodies copied into runs, each run
+     * one bytes object; a large body ends its run and goes to out as it is (no copy) */
     for (Py_ssize_t i = 0; i < n; i++) {
+        if (frames == NULL) {
+            Py_ssize_t run = 0;
+            for (Py_ssize_t j = i; j < n; j++) {
+                run += 4 + HEADER_SIZE;
+                if (info[j].blen >= LARGE_BODY)
+                    break;
+                run += info[j].blen;
+            }
+            frames = PyBytes_FromStringAndSize(NULL, run);
+            if (frames == NULL)
+                goto fail;
+            w = (unsigned char *)PyBytes_AS_STRING(frames);
+        }
         PyObject *m = PyList_GET_ITEM(batch, i);
+        PyObject *dl = SLOT(m, F_DEADLINE);
+        if (dl != NULL && PyFloat_CheckExact(dl) && PyFloat_AS_DOUBLE(dl) < 0.0) {
+            /* queued by several channels (message.SHARED): this channel's own copy goes */
+            PyObject *defer = SLOT(m, F_DEFER);
+            PyObject *c = new_message(SLOT(m, F_ID), SLOT(m, F_BODY), SLOT(m, F_TS),
+                                      SLOT(m, F_ATTEMPTS), defer ? defer : zero_float);
+            if (c == NULL)
+                goto fail;
+            PyList_SET_ITEM(batch, i, c);
+            Py_DECREF(m);
+            m = c;
+        }
         PyObject *v = PyLong_FromLong(info[i].attempts);
         if (v == NULL)
             goto fail;
@@ -626,6 +672,13 @@ send_batch(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
         w[16] = (unsigned char)(a >> 8);
         w[17] = (unsigned char)a;
         memcpy(w + 18, PyBytes_AS_STRING(id), ID_LEN);
+        if (blen >= LARGE_BODY) {
+            int err = PyList_Append(out, frames);
+            Py_CLEAR(frames);
+            if (err < 0 || PyList_Append(out, body) < 0)
+                goto fail;
+            continue;
+        }
         memcpy(w + 18 + ID_LEN, PyBytes_AS_STRING(body), blen);
         w += 4 + HEADER_SIZE + blen;
     }
@@ -635,11 +688,11 @@ send_batch(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
     if (r == NULL)
         goto fail;
     Py_DECREF(r);
-    if (PyList_Append(out, frames) < 0)
+    if (frames != NULL && PyList_Append(out, frames) < 0)
         goto fail;
     Py_DECREF(batch);
     Py_DECREF(ents);
-    Py_DECREF(frames);
+    Py_XDECREF(frames);
     PyMem_Free(info);
     return Py_BuildValue("(nn)", n, total);
 
@@ -1216,6 +1269,40 @@ done:
     return result;
 }
 
+/* --- tune_malloc --------------------------------------------------------------------------- */
+
+PyDoc_STRVAR(tune_malloc_doc,
+"tune_malloc(mmap_threshold, trim_threshold) -> bool\n\n"
+"glibc's mallopt(M_MMAP_THRESHOLD) and mallopt(M_TRIM_THRESHOLD): blocks below the first\n"
+"come from the heap, and up to the second of free heap is kept, so that large message\n"
+"bodies allocated and freed one after the other reuse memory instead of mapping (and\n"
+"page-faulting) fresh pages each time. False where there is no glibc (nothing done).");
+
+static PyObject *
+tune_malloc(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (nargs != 2) {
+        PyErr_SetString(PyExc_TypeError, "tune_malloc() takes 2 arguments");
+        return NULL;
+    }
+    long mmap_threshold = PyLong_AsLong(args[0]);
+    long trim_threshold = PyLong_AsLong(args[1]);
+    if (PyErr_Occurred())
+        return NULL;
+    if (mmap_threshold <= 0 || mmap_threshold > INT32_MAX || trim_threshold <= 0 ||
+        trim_threshold > INT32_MAX) {
+        PyErr_SetString(PyExc_ValueError, "tune_malloc(): thresholds out of range");
+        return NULL;
+    }
+#if defined(__GLIBC__) && defined(M_MMAP_THRESHOLD) && defined(M_TRIM_THRESHOLD)
+    int ok = mallopt(M_MMAP_THRESHOLD, (int)mmap_threshold) == 1 &&
+             mallopt(M_TRIM_THRESHOLD, (int)trim_threshold) == 1;
+    return PyBool_FromLong(ok);
+#else
+    Py_RETURN_FALSE;
+#endif
+}
+
 /* --- the module ---------------------------------------------------------------------------- */
 
 static PyMethodDef methods[] = {
@@ -1238,6 +1325,7 @@ static PyMethodDef methods[] = {
     {"split_records", (PyCFunction)(void (*)(void))split_records, METH_FASTCALL,
      split_records_doc},
     {"scan_frames", (PyCFunction)(void (*)(void))scan_frames, METH_FASTCALL, scan_frames_doc},
+    {"tune_malloc", (PyCFunction)(void (*)(void))tune_malloc, METH_FASTCALL, tune_malloc_doc},
     {NULL, NULL, 0, NULL},
 };
 

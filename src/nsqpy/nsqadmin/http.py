@@ -70,9 +70,9 @@ from ..httpapi import (
     parse_query,
     read_max,
     respond_v1_error,
-    serve,
 )
 from ..protocol.names import is_valid_channel_name, is_valid_topic_name
+from .aioserve import serve, to_aiohttp
 from .clusterinfo import ClusterInfo, is_partial
 from .httpclient import HTTPClientError, go_json_error
 from .login import CSRF_HEADER, IDENTITY, Identity, LoginRefused, Session
@@ -400,7 +400,7 @@ class HTTPServer:
             refusal = await self._gate(request)
             if refusal is not None:
                 return refusal
-        resp = await self.router.dispatch(request)
+        resp = to_aiohttp(await self.router.dispatch(request))
         # Go's CompressHandler: gzip/deflate when the client accepts it
         accept = request.headers.get("Accept-Encoding", "")
         if isinstance(resp, web.Response) and resp.body and ("gzip" in accept or "deflate" in accept):
@@ -483,7 +483,7 @@ class HTTPServer:
                 return web.Response(status=302, headers=headers)
             raise HTTPError(status, text, headers)
 
-        return await self.router.call(request, (refuse, V1, True), {})
+        return to_aiohttp(await self.router.call(request, (refuse, V1, True), {}))
 
     @staticmethod
     def _challenge(request: web.Request) -> dict[str, str]:

@@ -7,7 +7,9 @@ the shared router's.
 
 from __future__ import annotations
 
-from ..httpapi import Handler, Params, Router, clean_path
+from aiohttp import web
+
+from ..httpapi import Handler, Params, Response, Router, clean_path
 
 __all__ = ["PatternRouter"]
 
@@ -40,6 +42,9 @@ def _match(pattern: Segments, parts: list[str], fold: bool = False) -> Params | 
 class PatternRouter(Router):
     """:class:`nsqpy.httpapi.Router` whose routes may hold ``:name`` segments anywhere and a
     final ``*name`` segment (the rest of the path, slashes included)."""
+
+    #: nsqadmin's handlers also answer with aiohttp's responses
+    response_types: tuple[type, ...] = (Response, web.StreamResponse)
 
     def __init__(self, log: object) -> None:
         super().__init__(log)  # type: ignore[arg-type]

@@ -13,6 +13,7 @@ from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Protocol
 
 if TYPE_CHECKING:
+    from .diskqueue import Tails
     from .message import Message
 
 
@@ -43,12 +44,28 @@ class BackendQueue(Protocol):
         """Where the next read starts (file number, offset)."""
         ...
 
-    def put_many(self, records: Sequence[bytes], positions: list[int] | None = None) -> None: ...
+    def put_many(
+        self,
+        records: Sequence[bytes],
+        positions: list[int] | None = None,
+        heads: Sequence[bytes] | None = None,
+    ) -> None: ...
 
-    def read(self, max_count: int, positions: list[int] | None = None) -> list[bytes]: ...
+    def read(
+        self,
+        max_count: int,
+        positions: list[int] | None = None,
+        max_bytes: int = 0,
+        tails: Tails | None = None,
+    ) -> list[bytes]: ...
 
     def read_into(
-        self, max_count: int, sink: Callable[[list[bytes]], None], positions: list[int] | None = None
+        self,
+        max_count: int,
+        sink: Callable[[list[bytes]], None],
+        positions: list[int] | None = None,
+        max_bytes: int = 0,
+        tails: Tails | None = None,
     ) -> int: ...
 
     def empty(self) -> None: ...
@@ -94,14 +111,30 @@ class NullBackend:
     def read_position(self) -> tuple[int, int]:
         return (0, 0)
 
-    def put_many(self, records: Sequence[bytes], positions: list[int] | None = None) -> None:
+    def put_many(
+        self,
+        records: Sequence[bytes],
+        positions: list[int] | None = None,
+        heads: Sequence[bytes] | None = None,
+    ) -> None:
         return None
 
-    def read(self, max_count: int, positions: list[int] | None = None) -> list[bytes]:
+    def read(
+        self,
+        max_count: int,
+        positions: list[int] | None = None,
+        max_bytes: int = 0,
+        tails: Tails | None = None,
+    ) -> list[bytes]:
         return []
 
     def read_into(
-        self, max_count: int, sink: Callable[[list[bytes]], None], positions: list[int] | None = None
+        self,
+        max_count: int,
+        sink: Callable[[list[bytes]], None],
+        positions: list[int] | None = None,
+        max_bytes: int = 0,
+        tails: Tails | None = None,
     ) -> int:
         return 0
 

@@ -33,7 +33,7 @@ from ..protocol.frames import MESSAGE_FIELDS, encode_message
 from ..protocol.frames import MESSAGE_ID_OFFSET as ID_AT
 from ..protocol.names import is_ephemeral
 from .backend import BackendQueue, Queued
-from .diskqueue import DiskQueue, DiskQueueError, DiskQueueWriteError
+from .diskqueue import WRITEV_RECORD, DiskQueue, DiskQueueError, DiskQueueWriteError, Tails
 from .inflight import InFlightTimers, TimersByClient
 from .journal import Ledger
 from .message import Message
@@ -54,6 +54,16 @@ _seq = itertools.count()
 
 #: Seconds before a message a dead-letter topic would not take is tried again.
 DEAD_LETTER_RETRY = 1.0
+#: The most a pump reads from the DiskQueue at once, in bytes of records (at least one
+#: record): large messages are read as the clients' connections take them, not all their
+#: RDY's worth at once (a pump that stopped short runs again on the next loop turn).
+REFILL_BYTES = 1 << 20
+#: refills (of REFILL_BYTES) a pump may do in one event-loop turn
+PUMP_ROUNDS = 16
+#: Messages a topic's channels send in one event-loop turn: a pump that finds them spent
+#: waits for the next turn (after the sockets: publishers, FINs), so a turn of a topic with
+#: many channels stays short. A pump that starts sends all its clients are ready for.
+PUMP_TURN = 8192
 #: a message's DPUB delay (0 for none)
 defer_of = operator.attrgetter("defer")
 _body_of = operator.attrgetter("body")
@@ -70,6 +80,7 @@ def encode_messages_py(msgs: list[Message]) -> list[bytes]:
 
 
 _unpack_head = MESSAGE_FIELDS.unpack_from
+_pack_head = MESSAGE_FIELDS.pack
 
 
 def decode_records_py(records: list[bytes], where: str) -> list[Message]:
@@ -100,6 +111,81 @@ if compiled:
 else:
     encode_messages = encode_messages_py
     decode_records = decode_records_py
+
+
+def disk_records(msgs: list[Message]) -> tuple[list[bytes], list[bytes] | None]:
+    """Messages for :meth:`DiskQueue.put_many`: ``(records, None)``, or for large bodies
+    ``(bodies, heads)``, the records' two pieces (``[ts][attempts][id]`` and the body),
+    written as they are rather than copied into records first."""
+    if msgs and len(msgs[0].body) >= WRITEV_RECORD:
+        return [m.body for m in msgs], [_pack_head(m.timestamp, m.attempts) + m.id for m in msgs]
+    return encode_messages(msgs), None
+
+
+def decode_split(records: list[bytes], tails: Tails, where: str) -> list[Message]:
+    """:func:`decode_records` of records read with ``tails`` (``Tails(BODY_AT)``): a large
+    record's head decodes to its message, whose body is the tail as it was read."""
+    msgs = decode_records(records, where)
+    if tails:
+        if len(msgs) != len(records):  # one was too short to decode (logged): whole records
+            return decode_records([r + tails.get(i, b"") for i, r in enumerate(records)], where)
+        for i, body in tails.items():
+            msgs[i].body = body
+    return msgs
+
+
+def joined_pieces(records: list[bytes], tails: Tails) -> tuple[list[bytes], list[bytes] | None]:
+    """Records read with ``tails`` for :meth:`DiskQueue.put_many`: ``(records, None)``, or
+    ``(tails, heads)`` when some are in two pieces (written as they are)."""
+    if not tails:
+        return records, None
+    return [tails.get(i, b"") for i in range(len(records))], records
+
+
+def record_sizes(records: list[bytes], heads: list[bytes] | None) -> list[int]:
+    """The sizes of the records :func:`disk_records` describes."""
+    if heads is None:
+        return list(map(len, records))
+    return [BODY_AT + len(r) for r in records]
+
+
+class PumpTurn:
+    """What a topic's channels may still send in this event-loop turn (PUMP_TURN messages).
+    A pump that finds it spent waits in line; the first send or wait of a turn schedules the
+    next turn's start, which runs the pumps that waited, in order, before any other."""
+
+    __slots__ = ("left", "next_turn", "nsqd", "waiting")
+
+    def __init__(self, nsqd: NSQD) -> None:
+        self.nsqd = nsqd
+        self.left = PUMP_TURN
+        self.next_turn = False
+        self.waiting: deque[Channel] = deque()
+
+    def spend(self, n: int) -> None:
+        if n > 0:
+            self.left -= n
+            self._schedule()
+
+    def wait(self, channel: Channel) -> None:
+        self.waiting.append(channel)
+        self._schedule()
+
+    def _schedule(self) -> None:
+        if not self.next_turn:
+            self.next_turn = True
+            self.nsqd.loop.call_soon(self._start)
+
+    def _start(self) -> None:
+        self.next_turn = False
+        self.left = PUMP_TURN
+        waiting = self.waiting
+        try:
+            while waiting and self.left > 0:
+                waiting.popleft()._pump()
+        finally:
+            if waiting:
+                self._schedule()
 
 
 class Consumer(Protocol):
@@ -229,9 +315,10 @@ class Channel(Queued):
 
     # --- accepting messages -------------------------------------------------------------
 
-    def put_messages(self, msgs: list[Message]) -> None:
+    def put_messages(self, msgs: list[Message], deferred: bool = True) -> None:
         """Queue published messages: memory up to --mem-queue-size, the rest to the backend
-        (ephemeral channels drop it, as NSQ does).
+        (ephemeral channels drop it, as NSQ does). ``deferred=False``: the caller knows none
+        has a DPUB delay (a topic checks once for all its channels).
 
         A failed backend write raises :class:`DiskQueueWriteError` whose ``written`` counts
         the leading messages this channel kept (in memory or on disk) all the same.
@@ -241,7 +328,7 @@ class Channel(Queued):
             self._put_durable(msgs, ledger)
             return
         total = len(msgs)
-        if any(map(defer_of, msgs)):
+        if deferred and any(map(defer_of, msgs)):
             now_msgs = []
             for m in msgs:
                 if m.defer:
@@ -265,7 +352,8 @@ class Channel(Queued):
             msgs = msgs[:keep]
             if self.backend.durable:
                 try:
-                    self.backend.put_many(encode_messages(overflow))
+                    records, heads = disk_records(overflow)
+                    self.backend.put_many(records, None, heads)
                 except DiskQueueWriteError as e:
                     accepted = total - len(overflow) + e.written
                     self.message_count += accepted
@@ -287,16 +375,16 @@ class Channel(Queued):
     def _put_durable(self, msgs: list[Message], ledger: Ledger) -> None:
         """Crash-safe mode: every message goes to the DiskQueue, a deferred one (DPUB) with
         its due time in the journal (written first: a record is never there without it)."""
-        records = encode_messages(msgs)
+        records, heads = disk_records(msgs)
         if any(map(defer_of, msgs)):
             assert isinstance(self.backend, DiskQueue)
-            planned = self.backend.next_positions(map(len, records))
+            planned = self.backend.next_positions(record_sizes(records, heads))
             try:
                 ledger.wrote(msgs, planned, time.time_ns())
             except OSError as e:
                 raise DiskQueueWriteError(str(e), 0) from e
         try:
-            self.backend.put_many(records)
+            self.backend.put_many(records, None, heads)
         except DiskQueueWriteError as e:
             self.message_count += e.written
             raise
@@ -323,13 +411,14 @@ class Channel(Queued):
             self.queue.extend(msgs)
             self.qbytes += body_bytes(msgs)
 
-    def put_records(self, records: list[bytes]) -> None:
+    def put_records(self, records: list[bytes], heads: list[bytes] | None = None) -> None:
         """Take already-encoded messages straight onto the backend (a topic's disk backlog
-        moving to its only channel, whose memory queue is full). Raises
-        :class:`DiskQueueWriteError` as :meth:`put_messages` does."""
+        moving to its only channel, whose memory queue is full); with ``heads``, record
+        ``i`` is ``heads[i] + records[i]``. Raises :class:`DiskQueueWriteError` as
+        :meth:`put_messages` does."""
         if self.backend.durable:
             try:
-                self.backend.put_many(records)
+                self.backend.put_many(records, None, heads)
             except DiskQueueWriteError as e:
                 self.message_count += e.written
                 raise
@@ -356,29 +445,47 @@ class Channel(Queued):
             self.nsqd.loop.call_soon(self._pump)
 
     def _pump(self) -> None:
-        """Spread ready messages over the clients that have RDY capacity."""
+        """Spread ready messages over the clients that have RDY capacity: again while a
+        refill stopped at REFILL_BYTES and clients can still take more (their connections
+        took what was sent), up to PUMP_ROUNDS times a turn."""
         self._pump_scheduled = False
         if self.paused:
             return
-        ready = [c for c in self.clients.values() if c.can_receive()]
+        turn = self.topic.turn
+        if turn.left <= 0:  # the topic's channels sent their share of this turn: next one
+            self._pump_scheduled = True
+            turn.wait(self)
+            return
+        flying = len(self.in_flight)
+        try:
+            for _ in range(PUMP_ROUNDS):
+                ready = [c for c in self.clients.values() if c.can_receive()]
+                if not ready:
+                    return
+                policy = self.policy
+                if not (self._pump_ready(ready) if policy is None else self._pump_policy(policy, ready)):
+                    return
+            self.schedule_pump()  # more on the next turn
+        finally:
+            turn.spend(len(self.in_flight) - flying)
+
+    def _pump_ready(self, ready: list[Consumer]) -> bool:
+        """One round of :meth:`_pump`; True if the refill stopped at REFILL_BYTES with more
+        in the backend."""
         n = len(ready)
-        if not n:
-            return
-        if self.policy is not None:
-            self._pump_policy(self.policy, ready)
-            return
+        more = False
         q = self.queue
         b = self.backend
         ledger = self.ledger
         if b.depth or ledger is not None:
             room = sum(c.ready_count - c.in_flight_count for c in ready)
             if b.depth and room > len(q):
-                self._refill(b, room - len(q))
+                more = self._refill(b, room - len(q))
             if ledger is not None and ledger.tracking:
                 # each attempt is journaled before it is sent: what this pump sends
                 ledger.delivering(q, min(room, len(q)))
         if not q:
-            return
+            return False
         if n > 1:
             start = self._rr % n
             self._rr += 1
@@ -398,10 +505,12 @@ class Channel(Queued):
             ready = still
         if ledger is not None:
             ledger.sent(before - len(q))
+        return more
 
-    def _pump_policy(self, policy: Policy, ready: list[Consumer]) -> None:
+    def _pump_policy(self, policy: Policy, ready: list[Consumer]) -> bool:
         """:meth:`_pump` under a policy: at most ``max_rate`` messages a second, and the
-        expired or out-of-attempts ones taken off the way (dead letters)."""
+        expired or out-of-attempts ones taken off the way (dead letters). True as
+        :meth:`_pump_ready`."""
         q = self.queue
         b = self.backend
         ledger = self.ledger
@@ -410,16 +519,17 @@ class Channel(Queued):
             budget = int(policy.tokens(self.nsqd.loop.time()))
             if budget <= 0:
                 self._rate_wait(policy)
-                return
+                return False
             room = min(room, budget)
+        more = False
         if b.depth and room > len(q):
-            self._refill(b, room - len(q))
+            more = self._refill(b, room - len(q))
         filtering = policy.filters
         if ledger is not None and ledger.tracking:
             # a filtered message is not sent: the pump may send what comes after it
             ledger.delivering(q, len(q) if filtering else min(room, len(q)))
         if not q:
-            return
+            return False
         if len(ready) > 1:
             start = self._rr % len(ready)
             self._rr += 1
@@ -461,6 +571,7 @@ class Channel(Queued):
                 self._rate_wait(policy)
         if rejected:
             self._reject(policy, rejected)
+        return more and budget > 0
 
     def _rate_wait(self, policy: Policy) -> None:
         """Pump again once the rate has a token (one timer at a time)."""
@@ -558,20 +669,25 @@ class Channel(Queued):
         """Messages the clients are ready for (RDY less what they have in flight)."""
         return sum(c.ready_count - c.in_flight_count for c in self.clients.values() if c.can_receive())
 
-    def _refill(self, b: BackendQueue, want: int) -> None:
-        """Move up to ``want`` messages from the backend to the memory queue."""
+    def _refill(self, b: BackendQueue, want: int) -> bool:
+        """Move up to ``want`` messages (at most about REFILL_BYTES of them) from the backend
+        to the memory queue. True if it stopped at that bound with more in the backend."""
         ledger = self.ledger
         if ledger is None:
-            self._queue(decode_records(b.read(want), f"CHANNEL({self.backend_name})"))
-            return
+            tails = Tails(BODY_AT)
+            records = b.read(want, None, REFILL_BYTES, tails)
+            self._queue(decode_split(records, tails, f"CHANNEL({self.backend_name})"))
+            return 0 < len(records) < want and b.depth > 0
         now_ns = time.time_ns()
-        msgs, later = ledger.read(want, decode_records, now_ns)
+        depth = b.depth
+        msgs, later = ledger.read(want, decode_records, now_ns, REFILL_BYTES)
         self._queue(msgs)
         for m, due in later:
             self.start_deferred(m, (due - now_ns) / 1e9)
         if ledger.spent:
             ledger.journal.delete()  # an earlier run's journal, applied in full
             self.ledger = None
+        return 0 < depth - b.depth < want and b.depth > 0
 
     # --- acknowledgements -----------------------------------------------------------------
 
@@ -798,7 +914,8 @@ class Channel(Queued):
         positions: list[int] = []
         if msgs:
             try:
-                self.backend.put_many(encode_messages(msgs), positions)
+                records, heads = disk_records(msgs)
+                self.backend.put_many(records, positions, heads)
                 log.info("CHANNEL(%s): flushed %d message(s) to disk", self.backend_name, len(msgs))
             except DiskQueueError as e:
                 lost = len(msgs) - getattr(e, "written", 0)

@@ -1,11 +1,13 @@
 """The state of one TCP client connection of nsqd (Go's ``client_v2.go``).
 
-:class:`ClientV2` is the ``asyncio.Protocol`` side of a connection: its IDENTIFY-able
+:class:`ClientV2` is the asyncio protocol side of a connection: its IDENTIFY-able
 settings, the output buffer written once per batch (honouring the client's
-output_buffer_size/timeout for message frames, as nsqd does), heartbeats, RDY flow control
-and in-flight tracking, the fsync hold of durable publishes, and its stats. The commands
-that act on it are in :mod:`~nsqpy.nsqd.protocol_v2` (:class:`ProtocolV2` subclasses it, so
-the hot paths stay plain attribute accesses).
+output_buffer_size/timeout for message frames, as nsqd does; large bodies are handed to the
+transport as they are, never copied into it), heartbeats, RDY flow control and in-flight
+tracking, the fsync hold of durable publishes, and its stats. The commands that act on it
+are in :mod:`~nsqpy.nsqd.protocol_v2` (:class:`ProtocolV2` subclasses it, so the hot paths
+stay plain attribute accesses, and receives as an ``asyncio.BufferedProtocol``: straight
+into its command parser's buffers).
 """
 
 from __future__ import annotations
@@ -49,6 +51,12 @@ STATE_SUBSCRIBED = 3
 STATE_CLOSING = 4
 
 DEFAULT_BUFFER_SIZE = 16 * 1024
+#: the compiled send_batch leaves a body this long out of its batch's bytes (uncopied, after
+#: its frame header), as send_batch_py leaves every body
+LARGE_BODY = 16 * 1024
+#: output whose pieces average this many bytes goes to the transport as it is (uvloop writes
+#: it with writev) rather than joined into one copy
+WRITEV_AVERAGE = 4096
 
 _MSG_HEAD = MESSAGE_FRAME_PREFIX.pack
 _INFINITE = float("inf")
@@ -97,6 +105,8 @@ def send_batch_py(
             assert rejected is not None
             rejected.append(msg)
             continue
+        if msg.deadline < 0.0:  # queued by several channels (SHARED): this one's own copy
+            msg = msg.copy()
         msg.attempts += 1
         msg.client = owner
         msg.deadline = deadline
@@ -160,7 +170,7 @@ class HeartbeatWheel:
             client._heartbeat_tick()
 
 
-class ClientV2(asyncio.Protocol):
+class ClientV2(asyncio.BufferedProtocol):
     """One TCP client of nsqd: a producer, a consumer, or both."""
 
     # Slots, not an instance dict: over 30 attributes un-share CPython's key-sharing dict,
@@ -339,7 +349,17 @@ class ClientV2(asyncio.Protocol):
             self._flush_timer = None
         if self._out and self.transport is not None:
             out = self._out
-            data = out[0] if len(out) == 1 else b"".join(out)
+            if len(out) == 1:
+                data = out[0]
+            elif self._stack is None and self._out_len >= WRITEV_AVERAGE * len(out):
+                # large bodies: written as they are, not copied into one buffer first
+                self.transport.writelines(out)
+                out.clear()
+                self._out_len = 0
+                self._flush_now = False
+                return
+            else:
+                data = b"".join(out)
             if self._stack is not None:
                 data = self._stack.send(data)
             self.transport.write(data)

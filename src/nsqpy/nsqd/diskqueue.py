@@ -82,6 +82,12 @@ _HDR = struct.Struct(">i")
 _pack_len = _HDR.pack
 _unpack_len = _HDR.unpack_from
 _pwrite = os.pwrite
+_pwritev = os.pwritev
+#: records averaging this many bytes are written with pwritev from where they are, not
+#: joined into one buffer first (a copy of each)
+WRITEV_RECORD = 1 << 14
+#: buffers per pwritev call (Linux's IOV_MAX is 1024)
+_IOV_MAX = 1020
 
 if compiled:
     from .._speedups._hot import frame_records as _c_frame_records
@@ -124,7 +130,8 @@ frame_records = _c_frame_records if compiled else frame_records_py
 split_records = _c_split_records if compiled else split_records_py
 
 #: Bytes read from a segment at a time (the most a queue's read buffer holds, beyond one
-#: record); the buffer is dropped whenever it is fully consumed.
+#: record); the buffer is dropped whenever it is fully consumed. A record larger than this
+#: is read on its own, straight into a bytes object of its size.
 READ_CHUNK = 1 << 16
 #: file numbers probed one by one between a read and a write segment; a longer range is
 #: looked up in one directory listing
@@ -132,6 +139,20 @@ _PROBE_LIMIT = 64
 
 _META_FMT = "%d\n%d,%d\n%d,%d\n"
 _META_RE = re.compile(rb"(-?\d+)\n(-?\d+),(-?\d+)\n(-?\d+),(-?\d+)(?:\n|$)")
+
+
+class Tails(dict[int, bytes]):
+    """Where :meth:`DiskQueue.read` puts the tails of large records: a record longer than
+    READ_CHUNK comes back as its first ``split`` bytes in the list read, and the rest here,
+    by its index in that list; each piece is read from the file straight into a bytes object
+    of its own (the record is never copied to be cut). Record ``i`` is ``records[i] +
+    tails.get(i, b"")``."""
+
+    __slots__ = ("split",)
+
+    def __init__(self, split: int) -> None:
+        super().__init__()
+        self.split = split
 
 
 class QueueEvents(Protocol):
@@ -469,12 +490,10 @@ class DiskQueue:
         fd = self._wfd
         if fd is None:
             fd = self._open_write_file()
-        try:
-            written = _pwrite(fd, _pack_len(n) + data, pos)
-        except OSError as e:
-            self._write_failed(fd, pos, e, 0)
-        if written != total:
-            self._pwrite_rest(fd, _pack_len(n) + data, pos, written, 0)
+        if n >= WRITEV_RECORD:
+            self._pwritev(fd, [_pack_len(n), data], total, pos, 0)
+        else:
+            self._pwrite(fd, _pack_len(n) + data, pos, 0)
         self.write_pos = pos + total
         self.depth += 1
         self._ops += 1
@@ -490,10 +509,16 @@ class DiskQueue:
             % (n, self.min_msg_size, self.max_msg_size)
         )
 
-    def put_many(self, records: Sequence[bytes], positions: list[int] | None = None) -> None:
+    def put_many(
+        self,
+        records: Sequence[bytes],
+        positions: list[int] | None = None,
+        heads: Sequence[bytes] | None = None,
+    ) -> None:
         """Append records in order with one write per segment touched; with ``positions``,
         each written record's position (:func:`position`) is appended
-        to it.
+        to it. With ``heads``, record ``i`` is ``heads[i] + records[i]``, written from the
+        two pieces (large records are not copied to be written).
 
         Sizes are checked first: if any is out of range nothing is written. On an I/O error
         the records before the failing segment's batch stay written
@@ -505,7 +530,10 @@ class DiskQueue:
             return
         mn = self.min_msg_size
         mx = self.max_msg_size
-        sizes = list(map(len, records))
+        if heads is None:
+            sizes = list(map(len, records))
+        else:
+            sizes = [len(h) + len(r) for h, r in zip(heads, records, strict=True)]
         if min(sizes) < mn or max(sizes) > mx:
             bad = next(n for n in sizes if n < mn or n > mx)
             raise InvalidMessageSizeError(
@@ -527,7 +555,11 @@ class DiskQueue:
                     self._roll()
                     continue
                 j = i + 1  # an empty segment takes a record of any size
-            self._write_batch(frame_records(records, i, j), j - i, pos, done)
+            nbytes = ends[j] - ends[i]
+            if heads is not None or nbytes >= WRITEV_RECORD * (j - i):
+                self._write_pieces(records, heads, sizes, i, j, nbytes, pos, done)
+            else:
+                self._write_batch(frame_records(records, i, j), j - i, pos, done)
             if positions is not None:
                 at = (self.write_file_num << POS_SHIFT) + pos - ends[i]
                 positions.extend([at + ends[k] for k in range(i, j)])
@@ -561,6 +593,60 @@ class DiskQueue:
         self.depth += count
         self._ops += count
         self._wdirty = True
+
+    def _write_pieces(
+        self,
+        records: Sequence[bytes],
+        heads: Sequence[bytes] | None,
+        sizes: list[int],
+        i: int,
+        j: int,
+        nbytes: int,
+        start: int,
+        done: int,
+    ) -> None:
+        """:meth:`_write_batch` of ``records[i:j]`` (after their ``heads``) without framing
+        them into one buffer: pwritev of the length prefixes and the records as they are."""
+        fd = self._wfd
+        if fd is None:
+            fd = self._open_write_file(done)
+        pack = _pack_len
+        per = 3 if heads is not None else 2
+        step = _IOV_MAX // per
+        pos = start
+        for a in range(i, j, step):
+            b = min(a + step, j)
+            if heads is None:
+                parts = list(chain.from_iterable(zip(map(pack, sizes[a:b]), records[a:b], strict=True)))
+            else:
+                parts = list(
+                    chain.from_iterable(zip(map(pack, sizes[a:b]), heads[a:b], records[a:b], strict=True))
+                )
+            size = sum(sizes[a:b]) + 4 * (b - a)
+            try:
+                self._pwritev(fd, parts, size, pos, done)
+            except DiskQueueWriteError:
+                if pos > start:  # the batch's earlier calls too: nothing past write_pos
+                    try:
+                        os.ftruncate(fd, start)
+                    except OSError:
+                        pass
+                raise
+            pos += size
+        assert pos == start + nbytes
+        self.write_pos = pos
+        self.depth += j - i
+        self._ops += j - i
+        self._wdirty = True
+
+    def _pwritev(self, fd: int, parts: list[bytes], size: int, pos: int, done: int) -> None:
+        try:
+            written = _pwritev(fd, parts, pos)
+        except OSError as e:
+            self._write_failed(fd, pos, e, done)
+        if written != size:
+            # rare (a full disk): the rest as one buffer
+            self._pwrite_rest(fd, b"".join(parts), pos, written, done)
 
     def _pwrite(self, fd: int, buf: bytes, pos: int, done: int) -> None:
         try:
@@ -649,22 +735,37 @@ class DiskQueue:
         """Where the next read starts: (segment number, offset)."""
         return (self.read_file_num, self.read_pos)
 
-    def read(self, max_count: int, positions: list[int] | None = None) -> list[bytes]:
-        """Consume up to ``max_count`` records in order (fewer if the queue runs dry); with
-        ``positions``, each one's position is appended to it."""
-        out = self._read(max_count, False, positions)
+    def read(
+        self,
+        max_count: int,
+        positions: list[int] | None = None,
+        max_bytes: int = 0,
+        tails: Tails | None = None,
+    ) -> list[bytes]:
+        """Consume up to ``max_count`` records in order (fewer if the queue runs dry, or once
+        they span ``max_bytes`` bytes of the files: at least one is read); with
+        ``positions``, each one's position is appended to it. With ``tails``, a record
+        longer than READ_CHUNK comes back in two pieces (see :class:`Tails`)."""
+        out = self._read(max_count, False, positions, max_bytes, tails)
         if out and self._events is not None:
             self._events.read(self)
         return out
 
     def read_into(
-        self, max_count: int, sink: Callable[[list[bytes]], None], positions: list[int] | None = None
+        self,
+        max_count: int,
+        sink: Callable[[list[bytes]], None],
+        positions: list[int] | None = None,
+        max_bytes: int = 0,
+        tails: Tails | None = None,
     ) -> int:
-        """Hand up to ``max_count`` records (all from one segment) to ``sink`` and consume
+        """Hand up to ``max_count`` records (all from one segment, spanning at most
+        ``max_bytes`` bytes of it unless one record alone is larger) to ``sink`` and consume
         them only once it returns: if ``sink`` raises, they stay at the head of the queue, to
         be read again, and the exception propagates. Returns how many were consumed. With
-        ``positions``, the records' positions are appended to it before ``sink`` runs."""
-        records = self._read(max_count, True, positions)
+        ``positions``, the records' positions are appended to it before ``sink`` runs, and
+        with ``tails`` the large records' tails (as :meth:`read`)."""
+        records = self._read(max_count, True, positions, max_bytes, tails)
         if not records:
             return 0
         first = self._peek_mark  # where the first record starts
@@ -746,10 +847,18 @@ class DiskQueue:
             fn, pos = fn + 1, 0
         return out
 
-    def _read(self, max_count: int, peek: bool, positions: list[int] | None = None) -> list[bytes]:
+    def _read(
+        self,
+        max_count: int,
+        peek: bool,
+        positions: list[int] | None = None,
+        max_bytes: int = 0,
+        tails: Tails | None = None,
+    ) -> list[bytes]:
         """Records from the read position, consumed. ``peek`` (for :meth:`read_into`): stop
         at the end of the segment or before an error once some records were found, so that
-        they can be put back."""
+        they can be put back. ``max_bytes`` (0: no bound): stop once the records taken span
+        that many bytes of the files (at least one record is taken)."""
         if self._closed:
             raise DiskQueueClosedError("exiting")
         out: list[bytes] = []
@@ -757,7 +866,8 @@ class DiskQueue:
             return out
         mn = self.min_msg_size
         mx = self.max_msg_size
-        while len(out) < max_count:
+        budget = max_bytes if max_bytes > 0 else -1
+        while len(out) < max_count and budget:
             finished = self.read_file_num < self.write_file_num
             if not finished and self.read_pos >= self.write_pos:
                 break
@@ -783,17 +893,21 @@ class DiskQueue:
             off = pos - self._rbuf_pos
             want = max_count - len(out)
             start = pos
-            got, off, pos, need, bad_size = split_records(buf, off, pos, limit, want, mn, mx, out)
+            # a byte budget is a nearer limit: records starting before it are taken whole
+            stop = limit if budget < 0 else min(limit, pos + budget)
+            got, off, pos, need, bad_size = split_records(buf, off, pos, stop, want, mn, mx, out)
             bad = None if bad_size is None else "invalid message read size (%d)" % bad_size
-            if got and positions is not None:
-                at = (self.read_file_num << POS_SHIFT) + start
-                for r in out[len(out) - got :]:
-                    positions.append(at)
-                    at += 4 + len(r)
             if got:
+                if positions is not None:
+                    at = (self.read_file_num << POS_SHIFT) + start
+                    for r in out[len(out) - got :]:
+                        positions.append(at)
+                        at += 4 + len(r)
                 self.read_pos = pos
                 self.depth -= got
                 self._ops += got
+                if budget > 0:
+                    budget = max(budget - (pos - start), 0)
             if bad is not None:
                 if peek and out:
                     break  # the next read meets the error with nothing pending
@@ -807,24 +921,62 @@ class DiskQueue:
                         "short read: %d bytes left for a %d byte record" % (limit - pos, need)
                     )
                     continue
-                have = blen - off
-                file_end = self._rbuf_pos + blen
-                size = min(max(READ_CHUNK, need - have), limit - file_end)
-                try:
-                    data = os.pread(self._rfd, size, file_end)  # type: ignore[arg-type]
-                except OSError as e:
-                    if peek and out:
-                        break
-                    self._handle_read_error(str(path_error("read", self.file_name(self.read_file_num), e)))
+                if need > READ_CHUNK:
+                    # a record larger than a chunk: read on its own into a bytes object of
+                    # its exact size (no concatenation, no copy out of a buffer), or two
+                    try:
+                        if tails is None:
+                            rec = os.pread(self._rfd, need - 4, pos + 4)  # type: ignore[arg-type]
+                            tail = b""
+                        else:
+                            cut = tails.split
+                            rec = os.pread(self._rfd, cut, pos + 4)  # type: ignore[arg-type]
+                            tail = os.pread(self._rfd, need - 4 - cut, pos + 4 + cut)  # type: ignore[arg-type]
+                    except OSError as e:
+                        if peek and out:
+                            break
+                        self._handle_read_error(
+                            str(path_error("read", self.file_name(self.read_file_num), e))
+                        )
+                        continue
+                    if len(rec) + len(tail) < need - 4:
+                        if peek and out:
+                            break
+                        self._handle_read_error("short read (unexpected EOF)")
+                        continue
+                    if tails is not None:
+                        tails[len(out)] = tail
+                    out.append(rec)
+                    if positions is not None:
+                        positions.append((self.read_file_num << POS_SHIFT) + pos)
+                    self._rbuf = b""
+                    self._rbuf_pos = self.read_pos = pos + need
+                    self.depth -= 1
+                    self._ops += 1
+                    if budget > 0:
+                        budget = max(budget - need, 0)
+                else:
+                    have = blen - off
+                    file_end = self._rbuf_pos + blen
+                    size = min(max(READ_CHUNK, need - have), limit - file_end)
+                    try:
+                        data = os.pread(self._rfd, size, file_end)  # type: ignore[arg-type]
+                    except OSError as e:
+                        if peek and out:
+                            break
+                        self._handle_read_error(
+                            str(path_error("read", self.file_name(self.read_file_num), e))
+                        )
+                        continue
+                    if have + len(data) < need:
+                        if peek and out:
+                            break
+                        self._handle_read_error("short read (unexpected EOF)")
+                        continue
+                    self._rbuf = buf[off:] + data if have else data
+                    self._rbuf_pos = pos
                     continue
-                if have + len(data) < need:
-                    if peek and out:
-                        break
-                    self._handle_read_error("short read (unexpected EOF)")
-                    continue
-                self._rbuf = buf[off:] + data if have else data
-                self._rbuf_pos = pos
-                continue
+                pos = self.read_pos
             if finished and pos >= limit:
                 if peek:
                     break

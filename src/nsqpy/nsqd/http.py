@@ -1,4 +1,4 @@
-"""nsqd's HTTP API, as NSQ 1.3.0's ``nsqd/http.go`` on aiohttp.
+"""nsqd's HTTP API, as NSQ 1.3.0's ``nsqd/http.go`` (on :mod:`nsqpy.httpserver`).
 
 Same paths, methods, parameters, status codes and bodies as the Go daemon:
 
@@ -37,8 +37,6 @@ import ssl
 import sys
 from typing import TYPE_CHECKING, Any
 
-from aiohttp import web
-
 from .. import NSQ_VERSION
 from ..goflags import go_quote
 from ..httpapi import (
@@ -51,8 +49,9 @@ from ..httpapi import (
     V1_HEADER,
     HTTPError,
     Params,
+    Request,
+    Response,
     Router,
-    continue_100,
     get_param,
     parse_query,
     read_max,
@@ -170,27 +169,28 @@ class HTTPServer:
         r("PUT", "/debug/setblockrate", self.set_block_rate, PLAIN, access=ADMIN)
         r("POST", "/debug/freememory", self.free_memory, PLAIN, access=ADMIN)
 
-    async def dispatch(self, request: web.Request) -> web.StreamResponse:
+    async def dispatch(self, request: Request) -> Response:
         nsqd = self.nsqd
         if not self.tls and nsqd.options.tls_required == "true":
             # plain HTTP while TLS is required (``tcp-https`` exempts HTTP); Go's exact bytes
             https_port = nsqd.https_port
-            return web.Response(
-                status=403,
-                body=f'{{"message": "TLS_REQUIRED", "https_port": {https_port}}}'.encode(),
-                headers={V1_HEADER[0]: V1_HEADER[1], "Content-Type": JSON_TYPE},
+            return Response(
+                403,
+                f'{{"message": "TLS_REQUIRED", "https_port": {https_port}}}'.encode(),
+                {V1_HEADER[0]: V1_HEADER[1], "Content-Type": JSON_TYPE},
             )
-        return await self.router.dispatch(request)
+        response: Response = await self.router.dispatch(request)
+        return response
 
     # --- basics -------------------------------------------------------------------------------
 
-    async def ping(self, request: web.Request, params: Params) -> Any:
+    async def ping(self, request: Request, params: Params) -> Any:
         health = self.nsqd.health()
         if not self.nsqd.is_healthy():
             raise HTTPError(500, health)
         return health
 
-    async def info(self, request: web.Request, params: Params) -> Any:
+    async def info(self, request: Request, params: Params) -> Any:
         nsqd = self.nsqd
         opts = nsqd.options
         try:
@@ -212,7 +212,7 @@ class HTTPServer:
 
     # --- publishing ---------------------------------------------------------------------------
 
-    def _topic_from_query(self, request: web.Request) -> tuple[dict[str, list[str]], Topic]:
+    def _topic_from_query(self, request: Request) -> tuple[dict[str, list[str]], Topic]:
         """Go's ``getTopicFromQuery``: validates ``topic`` and gets (creates) the topic."""
         values = req_params(request)
         name = get_param(values, "topic")
@@ -262,7 +262,7 @@ class HTTPServer:
                 log.error("TOPIC(%s): failed to sync message(s) - %s", topic.name, err)
                 raise HTTPError(503, "EXITING")
 
-    async def _publish_auth(self, request: web.Request) -> None:
+    async def _publish_auth(self, request: Request) -> None:
         """--http-publish-auth: the request's ``Authorization: Bearer <secret>`` must give
         publish permission on its topic, asked of the auth server as a TCP AUTH is (and
         cached for the answer's TTL): 401 without one, 403 when it does not."""
@@ -299,7 +299,7 @@ class HTTPServer:
         if not state.is_allowed(name, ""):
             raise HTTPError(403, "FORBIDDEN", auth=True)
 
-    async def pub(self, request: web.Request, params: Params) -> Any:
+    async def pub(self, request: Request, params: Params) -> Any:
         if self.nsqd.options.http_publish_auth:
             await self._publish_auth(request)
         opts = self.nsqd.options
@@ -329,7 +329,7 @@ class HTTPServer:
         await self._put(topic, [body], defer, request.transport)
         return "OK"
 
-    async def mpub(self, request: web.Request, params: Params) -> Any:
+    async def mpub(self, request: Request, params: Params) -> Any:
         if self.nsqd.options.http_publish_auth:
             await self._publish_auth(request)
         opts = self.nsqd.options
@@ -362,11 +362,11 @@ class HTTPServer:
 
     # --- topics and channels -----------------------------------------------------------------
 
-    async def topic_create(self, request: web.Request, params: Params) -> Any:
+    async def topic_create(self, request: Request, params: Params) -> Any:
         self._topic_from_query(request)
         return None
 
-    async def topic_delete(self, request: web.Request, params: Params) -> Any:
+    async def topic_delete(self, request: Request, params: Params) -> Any:
         name = get_param(req_params(request), "topic")
         if name is None:
             raise HTTPError(400, "MISSING_ARG_TOPIC")
@@ -374,7 +374,7 @@ class HTTPServer:
             raise HTTPError(404, "TOPIC_NOT_FOUND")
         return None
 
-    async def topic_empty(self, request: web.Request, params: Params) -> Any:
+    async def topic_empty(self, request: Request, params: Params) -> Any:
         name = get_param(req_params(request), "topic")
         if name is None:
             raise HTTPError(400, "MISSING_ARG_TOPIC")
@@ -386,7 +386,7 @@ class HTTPServer:
         topic.empty()
         return None
 
-    async def topic_pause(self, request: web.Request, params: Params) -> Any:
+    async def topic_pause(self, request: Request, params: Params) -> Any:
         name = get_param(req_params(request), "topic")
         if name is None:
             raise HTTPError(400, "MISSING_ARG_TOPIC")
@@ -399,7 +399,7 @@ class HTTPServer:
             topic.pause()
         return None  # Topic.(un)pause persists the metadata
 
-    def _existing_topic(self, request: web.Request) -> tuple[Topic, str]:
+    def _existing_topic(self, request: Request) -> tuple[Topic, str]:
         """Go's ``getExistingTopicFromQuery``: (topic, channel name)."""
         topic_name, channel_name = topic_channel_args(req_params(request))
         topic = self.nsqd.get_existing_topic(topic_name)
@@ -407,18 +407,18 @@ class HTTPServer:
             raise HTTPError(404, "TOPIC_NOT_FOUND")
         return topic, channel_name
 
-    async def channel_create(self, request: web.Request, params: Params) -> Any:
+    async def channel_create(self, request: Request, params: Params) -> Any:
         topic, name = self._existing_topic(request)
         topic.get_channel(name)
         return None
 
-    async def channel_delete(self, request: web.Request, params: Params) -> Any:
+    async def channel_delete(self, request: Request, params: Params) -> Any:
         topic, name = self._existing_topic(request)
         if not topic.delete_channel(name):
             raise HTTPError(404, "CHANNEL_NOT_FOUND")
         return None
 
-    async def channel_empty(self, request: web.Request, params: Params) -> Any:
+    async def channel_empty(self, request: Request, params: Params) -> Any:
         topic, name = self._existing_topic(request)
         channel = topic.channels.get(name)
         if channel is None:
@@ -426,7 +426,7 @@ class HTTPServer:
         channel.empty()
         return None
 
-    async def channel_pause(self, request: web.Request, params: Params) -> Any:
+    async def channel_pause(self, request: Request, params: Params) -> Any:
         topic, name = self._existing_topic(request)
         channel = topic.channels.get(name)
         if channel is None:
@@ -439,7 +439,7 @@ class HTTPServer:
 
     # --- queue policies (an nsqpy addition: see nsqpy.nsqd.policy) -----------------------------
 
-    async def topic_config(self, request: web.Request, params: Params) -> Any:
+    async def topic_config(self, request: Request, params: Params) -> Any:
         """GET: the topic's effective settings; POST: set the keys the JSON body names."""
         name = get_param(req_params(request), "topic")
         if name is None:
@@ -449,7 +449,7 @@ class HTTPServer:
             raise HTTPError(400, f"unknown topic {go_quote(name)}")
         return await self._config(request, topic, TOPIC_KEYS, name)
 
-    async def channel_config(self, request: web.Request, params: Params) -> Any:
+    async def channel_config(self, request: Request, params: Params) -> Any:
         topic_name, name = topic_channel_args(req_params(request))
         topic = self.nsqd.get_existing_topic(topic_name)
         if topic is None:
@@ -460,7 +460,7 @@ class HTTPServer:
         return await self._config(request, channel, CHANNEL_KEYS, topic_name)
 
     async def _config(
-        self, request: web.Request, queue: Topic | Channel, keys: tuple[str, ...], topic: str
+        self, request: Request, queue: Topic | Channel, keys: tuple[str, ...], topic: str
     ) -> Any:
         current = queue.policy or Policy()
         if request.method != "POST":
@@ -486,7 +486,7 @@ class HTTPServer:
 
     # --- peek and acting on one message (an nsqpy addition: see nsqpy.nsqd.peek) -----------------
 
-    def _existing_channel(self, request: web.Request) -> Channel:
+    def _existing_channel(self, request: Request) -> Channel:
         topic, name = self._existing_topic(request)
         channel = topic.channels.get(name)
         if channel is None:
@@ -511,7 +511,7 @@ class HTTPServer:
             raise HTTPError(400, "INVALID_MESSAGE_ID")
         return raw.encode("ascii")
 
-    async def topic_peek(self, request: web.Request, params: Params) -> Any:
+    async def topic_peek(self, request: Request, params: Params) -> Any:
         values = req_params(request)
         name = get_param(values, "topic")
         if name is None:
@@ -528,7 +528,7 @@ class HTTPServer:
         except DiskQueueError as e:
             raise HTTPError(503, "EXITING") from e
 
-    async def channel_peek(self, request: web.Request, params: Params) -> Any:
+    async def channel_peek(self, request: Request, params: Params) -> Any:
         n = self._count(req_params(request), peek.DEFAULT_PEEK, peek.MAX_PEEK)
         channel = self._existing_channel(request)
         assert n is not None
@@ -537,15 +537,15 @@ class HTTPServer:
         except DiskQueueError as e:
             raise HTTPError(503, "EXITING") from e
 
-    async def channel_requeue(self, request: web.Request, params: Params) -> Any:
+    async def channel_requeue(self, request: Request, params: Params) -> Any:
         await self._act(request, peek.requeue)
         return None
 
-    async def channel_remove(self, request: web.Request, params: Params) -> Any:
+    async def channel_remove(self, request: Request, params: Params) -> Any:
         await self._act(request, peek.remove)
         return None
 
-    async def _act(self, request: web.Request, action: Any) -> None:
+    async def _act(self, request: Request, action: Any) -> None:
         msg_id = self._message_id(req_params(request))
         channel = self._existing_channel(request)
         try:
@@ -558,7 +558,7 @@ class HTTPServer:
             log.error("CHANNEL(%s): %s failed - %s", channel.backend_name, request.path, e)
             raise HTTPError(500, f"INTERNAL_ERROR - {e}") from None
 
-    async def topic_redrive(self, request: web.Request, params: Params) -> Any:
+    async def topic_redrive(self, request: Request, params: Params) -> Any:
         values = req_params(request)
         name = get_param(values, "topic")
         if name is None:
@@ -596,7 +596,7 @@ class HTTPServer:
 
     # --- stats and config ----------------------------------------------------------------------
 
-    async def stats(self, request: web.Request, params: Params) -> Any:
+    async def stats(self, request: Request, params: Params) -> Any:
         values = req_params(request)
         topic = get_param(values, "topic") or ""
         channel = get_param(values, "channel") or ""
@@ -606,16 +606,16 @@ class HTTPServer:
             return stats_document(self.nsqd, topic, channel, include_clients, include_mem)
         return stats_text(self.nsqd, topic, channel, include_clients, include_mem)
 
-    async def metrics(self, request: web.Request, params: Params) -> Any:
+    async def metrics(self, request: Request, params: Params) -> Any:
         """Prometheus metrics (an nsqpy addition; see :mod:`nsqpy.metrics`)."""
         from ..metrics import nsqd_registry, render
 
         if self._metrics is None:
             self._metrics = nsqd_registry(self.nsqd)
         body, content_type = render(self._metrics, request.headers.get("Accept", ""))
-        return web.Response(body=body, headers={"Content-Type": content_type})
+        return Response(200, body, {"Content-Type": content_type})
 
-    async def config(self, request: web.Request, params: Params) -> Any:
+    async def config(self, request: Request, params: Params) -> Any:
         opt = params["opt"]
         opts = self.nsqd.options
         if request.method == "PUT":
@@ -647,14 +647,13 @@ class HTTPServer:
 
     # --- debug (the pprof equivalents are nsqpy.pprof.Pprof) -------------------------------------
 
-    async def set_block_rate(self, request: web.Request, params: Params) -> Any:
-        values, _ = parse_query(request.rel_url.raw_query_string)
+    async def set_block_rate(self, request: Request, params: Params) -> Any:
+        values, _ = parse_query(request.raw_query_string)
         raw = get_param(values, "rate")
         if raw is None and request.content_type == "application/x-www-form-urlencoded":
-            await continue_100(request)
-            form = await request.post()
-            v = form.get("rate")
-            raw = v if isinstance(v, str) else None
+            # Go's FormValue: the body's form (at most 10 MB, as ParseForm reads)
+            form, _ = parse_query((await read_max(request, 10 << 20)).decode("utf-8", "replace"))
+            raw = get_param(form, "rate")
         raw = raw or ""
         if not _INT.fullmatch(raw):
             raise HTTPError(
@@ -662,7 +661,7 @@ class HTTPServer:
             )
         return ""  # Python has no block profiler: accepted, no effect
 
-    async def free_memory(self, request: web.Request, params: Params) -> Any:
+    async def free_memory(self, request: Request, params: Params) -> Any:
         gc.collect()
         _malloc_trim()
         return ""
@@ -680,9 +679,7 @@ def _malloc_trim() -> None:
         pass
 
 
-async def start_http(
-    nsqd: NSQD, sock: socket.socket, ssl_context: ssl.SSLContext | None = None
-) -> web.AppRunner:
+async def start_http(nsqd: NSQD, sock: socket.socket, ssl_context: ssl.SSLContext | None = None) -> Any:
     """Serve nsqd's HTTP API (HTTPS with ``ssl_context``) on an already-bound socket."""
     server = HTTPServer(nsqd, tls=ssl_context is not None)
     install_gc_tracker()

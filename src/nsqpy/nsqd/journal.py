@@ -479,13 +479,18 @@ class Ledger:
     # --- reading ----------------------------------------------------------------------------
 
     def read(
-        self, want: int, decode: Callable[[list[bytes], str], list[Message]], now_ns: int
+        self,
+        want: int,
+        decode: Callable[[list[bytes], str], list[Message]],
+        now_ns: int,
+        max_bytes: int = 0,
     ) -> tuple[list[Message], list[tuple[Message, int]]]:
-        """Up to ``want`` records from the queue, as messages: those to queue now, and the
-        deferred ones with their due time (ns). ``decode`` turns records into messages
+        """Up to ``want`` records from the queue (spanning at most ``max_bytes``, beyond the
+        first, with a bound), as messages: those to queue now, and the deferred ones with
+        their due time (ns). ``decode`` turns records into messages
         (:func:`~nsqpy.nsqd.channel.decode_records`)."""
         positions: list[int] = []
-        records = self.dq.read(want, positions)
+        records = self.dq.read(want, positions, max_bytes)
         if not records:
             return [], []
         msgs = decode(records, self.where)

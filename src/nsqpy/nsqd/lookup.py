@@ -21,6 +21,7 @@ import struct
 from typing import TYPE_CHECKING
 
 from .. import NSQ_VERSION
+from ..daemon import open_stream
 from ..protocol.address import format_address
 from ..protocol.lookup import MAGIC_V1, identify, ping, register, unregister
 
@@ -115,9 +116,7 @@ class LookupPeer:
     async def _session(self) -> None:
         host, _, port = self.address.rpartition(":")
         log.info("LOOKUP connecting to %s", self.address)
-        reader, writer = await asyncio.wait_for(
-            asyncio.open_connection(host.strip("[]"), int(port)), DIAL_TIMEOUT
-        )
+        reader, writer = await asyncio.wait_for(open_stream(host.strip("[]"), int(port)), DIAL_TIMEOUT)
         self._writer = writer
         writer.write(MAGIC_V1)
         nsqd = self.nsqd

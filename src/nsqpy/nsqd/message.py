@@ -1,4 +1,9 @@
-"""The in-memory message: one object per channel copy, sharing the topic's body bytes."""
+"""The in-memory message: one object per channel copy, sharing the topic's body bytes.
+
+A topic with several channels queues one object per message in all of them, marked
+:data:`SHARED` (:func:`share_messages`): a queued copy costs a channel one reference, and a
+channel makes its own copy only as it sends the message (``send_batch``), the first moment
+it needs state of its own (attempts, client, deadline)."""
 
 from __future__ import annotations
 
@@ -10,6 +15,11 @@ from .guid import ids_from
 
 if TYPE_CHECKING:
     from .client_v2 import ClientV2
+
+
+#: The ``deadline`` of a queued message shared by a topic's channels (a real one, in flight,
+#: is a loop time, never negative): whoever sends it sends a :meth:`Message.copy` instead.
+SHARED = -1.0
 
 
 class Message:
@@ -24,7 +34,8 @@ class Message:
         self.attempts = attempts
         #: The client this message is in flight to, else None.
         self.client: ClientV2 | None = None
-        #: In-flight deadline (loop clock) while in flight.
+        #: In-flight deadline (loop clock) while in flight; SHARED while queued in several
+        #: channels at once.
         self.deadline = 0.0
         #: When it was last sent (loop clock), to cap TOUCH at --max-msg-timeout.
         self.delivery_ts = 0.0
@@ -50,6 +61,13 @@ def new_messages_py(
     if defer:
         for m in msgs:
             m.defer = defer
+    return msgs
+
+
+def share_messages(msgs: list[Message]) -> list[Message]:
+    """Mark a topic's new messages SHARED, for every channel to queue the same objects."""
+    for m in msgs:
+        m.deadline = SHARED
     return msgs
 
 

@@ -13,16 +13,15 @@ import contextlib
 import dataclasses
 import importlib
 import itertools
+import json
 import logging
 import os
 import socket
 import ssl
-import sys
-import threading
 import time
 from typing import TYPE_CHECKING, Any
 
-from .. import _speedups
+from .. import NSQ_VERSION, _speedups
 from ..adminauth import AdminAuth
 from ..daemon import LISTEN_BACKLOG, bound_port
 from ..daemon import listen_socket as _listen_socket
@@ -41,8 +40,6 @@ from .stats import install_gc_tracker
 from .syncer import Syncer
 
 if TYPE_CHECKING:
-    import aiohttp
-
     from .client_v2 import ClientV2, HeartbeatWheel
     from .protocol_v2 import ProtocolV2
     from .topic import Topic
@@ -60,7 +57,7 @@ log = logging.getLogger("nsqd")
 
 
 def https_context(opts: Options) -> ssl.SSLContext:
-    """The HTTPS listener's context (stdlib ssl, for aiohttp). With any
+    """The HTTPS listener's context (stdlib ssl, for nsqpy.httpserver). With any
     --tls-client-auth-policy a client certificate is required and verified against
     --tls-root-ca-file: the stdlib cannot accept an unverified one as Go's ``require`` does
     (the TCP upgrade does, through pyOpenSSL)."""
@@ -74,42 +71,19 @@ def https_context(opts: Options) -> ssl.SSLContext:
     return ctx
 
 
-_http_import_lock = threading.Lock()
-
-
-#: nsqpy.nsqd.http once an import of it has finished
-_http_module: Any = None
-
-
-def _import_http_module() -> Any:
-    """Import ``nsqpy.nsqd.http`` (in a worker thread). Meanwhile the interpreter switches
-    threads every 0.5 ms instead of 5, so the event loop waits at most that long for the
-    GIL: the import (~0.2 s of CPU) delays message delivery by no more."""
-    with _http_import_lock:
-        interval = sys.getswitchinterval()
-        sys.setswitchinterval(min(interval, 0.0005))
-        try:
-            return importlib.import_module("nsqpy.nsqd.http")
-        finally:
-            sys.setswitchinterval(interval)
-
-
-async def _import_http(loop: asyncio.AbstractEventLoop) -> Any:
-    global _http_module
-    # not sys.modules: it holds the module while another thread is still importing it
-    # (two nsqd in one process woken at once), and a half-run module has no start_http
-    if _http_module is None:
-        _http_module = await loop.run_in_executor(None, _import_http_module)
-    return _http_module
+def _import_http() -> Any:
+    """``nsqpy.nsqd.http``, imported on the loop: ~10 ms once, now that the HTTP server is
+    :mod:`nsqpy.httpserver` (an import in a worker thread, as aiohttp's 0.2 s needed, left
+    the thread and its malloc arena in the daemon's memory: 0.4 MiB, issue 31)."""
+    return importlib.import_module("nsqpy.nsqd.http")
 
 
 class LazyHTTP:
     """An HTTP(S) listener whose server starts with its first connection.
 
     The socket listens from the start (so its address is known and connections queue in
-    its backlog); the HTTP server, aiohttp and the API's modules (~15 MiB of an idle
-    daemon's memory) are imported only when a client connects, in a worker thread so the
-    event loop keeps serving TCP clients meanwhile.
+    its backlog); the HTTP server and the API's modules (~1 MiB of an idle daemon's memory)
+    are imported only when a client connects.
     """
 
     def __init__(self, nsqd: NSQD, sock: socket.socket, ssl_context: ssl.SSLContext | None = None) -> None:
@@ -140,7 +114,7 @@ class LazyHTTP:
         if self.runner is not None:
             return
         try:
-            http = await _import_http(self.nsqd.loop)
+            http = _import_http()
             self.runner = await http.start_http(self.nsqd, self.sock, self.ssl_context)
         except Exception as e:
             log.error("HTTP: failed to start the server on %s - %s", self.sock.getsockname(), e)
@@ -199,8 +173,6 @@ class NSQD:
         self._loop: asyncio.AbstractEventLoop | None = None
         self._tcp_server: asyncio.AbstractServer | None = None
         self._http_listener: LazyHTTP | None = None
-        #: for nsqd's own HTTP requests (channels from nsqlookupd), made when first needed
-        self._http_session: aiohttp.ClientSession | None = None
         self._https_listener: LazyHTTP | None = None
         self._https_sock: socket.socket | None = None
         #: the TCP TLS upgrade's server context (None without --tls-cert/--tls-key)
@@ -384,8 +356,6 @@ class NSQD:
             await self._https_listener.close()
         if self.auth_client is not None:
             await self.auth_client.close()
-        if self._http_session is not None:
-            await self._http_session.close()
         if self._tcp_server is not None:
             with contextlib.suppress(Exception):
                 await asyncio.wait_for(self._tcp_server.wait_closed(), 2)
@@ -485,8 +455,6 @@ class NSQD:
     async def _precreate_channels(self, topic: Topic) -> None:
         """Create the topic's channels known to nsqlookupd (``/channels?topic=``), then let
         its messages flow; a lookupd that fails is logged and skipped, as Go does."""
-        import aiohttp
-
         try:
             addrs = self.lookup_peers.http_addresses()
             if not addrs:
@@ -499,7 +467,7 @@ class NSQD:
             for addr in addrs:
                 try:
                     names += await self._lookupd_channels(addr, topic.name)
-                except (aiohttp.ClientError, TimeoutError, OSError, ValueError) as e:
+                except (TimeoutError, OSError, ValueError) as e:
                     errors.append(f"{addr}: {e or type(e).__name__}")
             if errors:
                 log.warning(
@@ -516,21 +484,20 @@ class NSQD:
             topic.started()
 
     async def _lookupd_channels(self, addr: str, topic: str) -> list[str]:
-        import aiohttp
+        from ..httpget import http_get  # (not aiohttp's client: issue 31)
 
         opts = self.options
-        if self._http_session is None:
-            self._http_session = aiohttp.ClientSession(
-                timeout=aiohttp.ClientTimeout(
-                    total=opts.http_client_request_timeout,
-                    connect=opts.http_client_connect_timeout,
-                )
-            )
-        url = f"http://{addr}/channels"
-        async with self._http_session.get(url, params={"topic": topic}) as resp:
-            if resp.status != 200:
-                raise ValueError(f"got response {resp.status}")
-            doc = await resp.json(content_type=None)
+        query = "".join(c if c.isalnum() or c in "._-" else f"%{ord(c):02X}" for c in topic)
+        status, body = await http_get(
+            addr,
+            f"/channels?topic={query}",
+            opts.http_client_connect_timeout,
+            opts.http_client_request_timeout,
+            f"nsqd/{NSQ_VERSION}",
+        )
+        if status != 200:
+            raise ValueError(f"got response {status}")
+        doc = json.loads(body)
         chans = doc.get("channels") if isinstance(doc, dict) else None
         if not isinstance(chans, list):
             raise ValueError("no channels in the response")

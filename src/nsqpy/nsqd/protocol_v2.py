@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 
 from .. import NSQ_VERSION
 from ..goflags import go_quote
-from ..protocol.commands import CommandParser, LineTooLong, decode_mpub
+from ..protocol.commands import Body, CommandParser, LineTooLong, decode_mpub, receive_scratch
 from ..protocol.errors import ProtocolError
 from ..protocol.frames import (
     CLOSE_WAIT_FRAME,
@@ -64,7 +64,26 @@ class ProtocolV2(ClientV2):
 
     #: command name -> method (one table for every connection: bound methods per connection
     #: cost ~1 KiB each of thousands of idle consumers); filled below the class
-    _handlers: ClassVar[dict[bytes, Callable[[ProtocolV2, list[bytes], bytes | None], None]]] = {}
+    _handlers: ClassVar[dict[bytes, Callable[[ProtocolV2, list[bytes], Body], None]]] = {}
+
+    def get_buffer(self, sizehint: int) -> memoryview:
+        """asyncio.BufferedProtocol: the parser's buffer once the magic is in and while no
+        upgrade wraps the bytes (a large body is received in place), else the scratch for
+        :meth:`data_received` (nothing runs between this call and :meth:`buffer_updated`,
+        which makes the same choice)."""
+        if self._stack is None and len(self._magic) == 4:
+            return self._parser.get_buffer()
+        return receive_scratch()
+
+    def buffer_updated(self, nbytes: int) -> None:
+        if self._stack is not None or len(self._magic) < 4:
+            self.data_received(bytes(receive_scratch()[:nbytes]))
+            return
+        if self.closed:
+            return
+        self._last_read = self.nsqd.loop.time()
+        self._parser.received(nbytes)
+        self._process()
 
     def data_received(self, data: bytes) -> None:
         if self.closed:
@@ -391,7 +410,7 @@ class ProtocolV2(ClientV2):
 
     # --- commands -----------------------------------------------------------------------------
 
-    def _identify(self, params: list[bytes], body: bytes | None) -> None:
+    def _identify(self, params: list[bytes], body: Body) -> None:
         try:
             data = json.loads(body or b"")
         except (ValueError, RecursionError):  # RecursionError: nested too deep
@@ -445,7 +464,7 @@ class ProtocolV2(ClientV2):
         elif compression is not None:
             self._compress(*compression)
 
-    def _auth(self, params: list[bytes], body: bytes | None) -> None:
+    def _auth(self, params: list[bytes], body: Body) -> None:
         if self.has_authorizations():
             raise fatal("E_INVALID", "AUTH already set")
         if self.nsqd.auth_client is None:
@@ -469,7 +488,7 @@ class ProtocolV2(ClientV2):
 
         self._suspend(self._query_auth(), answered)
 
-    def _sub(self, params: list[bytes], body: bytes | None) -> None:
+    def _sub(self, params: list[bytes], body: Body) -> None:
         if self.state != STATE_INIT:
             raise fatal("E_INVALID", "cannot SUB in current state")
         if self.heartbeat_interval <= 0:
@@ -498,7 +517,7 @@ class ProtocolV2(ClientV2):
         self.channel = channel
         self._append(OK_FRAME)
 
-    def _rdy(self, params: list[bytes], body: bytes | None) -> None:
+    def _rdy(self, params: list[bytes], body: Body) -> None:
         state = self.state
         if state == STATE_CLOSING:
             return
@@ -528,7 +547,7 @@ class ProtocolV2(ClientV2):
             raise fatal("E_INVALID", "Invalid Message ID")
         return msg_id
 
-    def _fin(self, params: list[bytes], body: bytes | None) -> None:
+    def _fin(self, params: list[bytes], body: Body) -> None:
         # the hottest consumer command: the channel's fast path, errors take the slow one
         ch = self.channel
         if len(params) == 2 and ch is not None and ch.finish(self, params[1]) is None:
@@ -545,7 +564,7 @@ class ProtocolV2(ClientV2):
         self.finish_count += 1
         self.in_flight_count -= 1
 
-    def _req(self, params: list[bytes], body: bytes | None) -> None:
+    def _req(self, params: list[bytes], body: Body) -> None:
         msg_id = self._msg_id("REQ", params, 3)
         ms = parse_base10(params[2])
         if ms is None:
@@ -569,7 +588,7 @@ class ProtocolV2(ClientV2):
         self.in_flight_count -= 1
         ch.schedule_pump()
 
-    def _touch(self, params: list[bytes], body: bytes | None) -> None:
+    def _touch(self, params: list[bytes], body: Body) -> None:
         msg_id = self._msg_id("TOUCH", params, 2)
         ch = self.channel
         assert ch is not None
@@ -579,14 +598,14 @@ class ProtocolV2(ClientV2):
                 "E_TOUCH_FAILED", f"TOUCH {msg_id.decode('latin-1')} failed {err}", fatal=False
             )
 
-    def _cls(self, params: list[bytes], body: bytes | None) -> None:
+    def _cls(self, params: list[bytes], body: Body) -> None:
         if self.state != STATE_SUBSCRIBED:
             raise fatal("E_INVALID", "cannot CLS in current state")
         self.ready_count = 0
         self.state = STATE_CLOSING
         self._append(CLOSE_WAIT_FRAME)
 
-    def _nop(self, params: list[bytes], body: bytes | None) -> None:
+    def _nop(self, params: list[bytes], body: Body) -> None:
         return None
 
     def _publish(self, code: str, cmd: str, topic_name: str, bodies: list[bytes], defer: float) -> None:
@@ -619,16 +638,16 @@ class ProtocolV2(ClientV2):
             # this publish reached a queue's --sync-every: its OK waits for the fsync
             self._hold_for_sync(code, cmd)
 
-    def _pub(self, params: list[bytes], body: bytes | None) -> None:
-        assert body is not None
+    def _pub(self, params: list[bytes], body: Body) -> None:
+        assert isinstance(body, bytes)  # (only an MPUB body may be a bytearray)
         self._publish("E_PUB_FAILED", "PUB", params[1].decode("utf-8", "replace"), [body], 0.0)
 
-    def _dpub(self, params: list[bytes], body: bytes | None) -> None:
-        assert body is not None
+    def _dpub(self, params: list[bytes], body: Body) -> None:
+        assert isinstance(body, bytes)
         ms = parse_base10(params[2]) or 0
         self._publish("E_DPUB_FAILED", "DPUB", params[1].decode("utf-8", "replace"), [body], ms / 1000)
 
-    def _mpub(self, params: list[bytes], body: bytes | None) -> None:
+    def _mpub(self, params: list[bytes], body: Body) -> None:
         assert body is not None
         opts = self.nsqd.options
         bodies = decode_mpub(body, opts.max_msg_size, opts.max_body_size)

@@ -18,7 +18,6 @@ import os
 import sys
 import time
 from collections import deque
-from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
 from .. import NSQ_VERSION
@@ -89,16 +88,15 @@ go_duration = format_duration_ns
 
 def rfc3339(ts: float) -> str:
     """Go's ``time.Time.Format(time.RFC3339)`` in local time (``Z`` when the offset is 0)."""
-    dt = datetime.fromtimestamp(ts).astimezone()
-    off = dt.utcoffset()
-    secs = int(off.total_seconds()) if off is not None else 0
+    t = time.localtime(math.floor(ts))
+    secs = t.tm_gmtoff or 0
     if secs == 0:
         zone = "Z"
     else:
         sign = "+" if secs > 0 else "-"
         hh, mm = divmod(abs(secs) // 60, 60)
         zone = f"{sign}{hh:02d}:{mm:02d}"
-    return dt.strftime("%Y-%m-%dT%H:%M:%S") + zone
+    return time.strftime("%Y-%m-%dT%H:%M:%S", t) + zone
 
 
 def nanoseconds_to_human(v: float) -> str:

@@ -20,13 +20,23 @@ from collections import deque
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
+from ..protocol.frames import MESSAGE_BODY_OFFSET
 from ..protocol.names import is_ephemeral
 from .backend import BackendQueue, Queued
-from .channel import Channel, body_bytes, decode_records, defer_of, encode_messages
-from .diskqueue import DiskQueue, DiskQueueError, DiskQueueWriteError
+from .channel import (
+    Channel,
+    PumpTurn,
+    body_bytes,
+    decode_split,
+    defer_of,
+    disk_records,
+    joined_pieces,
+    record_sizes,
+)
+from .diskqueue import DiskQueue, DiskQueueError, DiskQueueWriteError, Tails
 from .guid import TWEPOCH
 from .journal import Ledger
-from .message import Message, copy_messages, new_messages
+from .message import Message, copy_messages, new_messages, share_messages
 from .policy import Policy, PolicyRejectedError
 from .quantile import aggregate_result
 
@@ -35,8 +45,11 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("nsqd")
 
-#: Messages moved from a topic's DiskQueue to its channels per event-loop turn.
+#: Messages moved from a topic's DiskQueue to its channels per event-loop turn, and the most
+#: bytes of records (at least one): large messages move a few at a time, between the
+#: channels' deliveries, and never pile up in memory.
 DRAIN_CHUNK = 5000
+DRAIN_BYTES = 1 << 20
 
 #: Seconds before moving the backlog to the channels again after a disk write failed.
 DRAIN_RETRY = 1.0
@@ -71,6 +84,7 @@ class Topic(Queued):
         "qbytes",
         "queue",
         "starting",
+        "turn",
     )
 
     def __init__(self, name: str, nsqd: NSQD) -> None:
@@ -108,6 +122,8 @@ class Topic(Queued):
         self.guarded = False
         self.expired_count = 0
         self.dropped_count = 0
+        #: what its channels may still send in this event-loop turn
+        self.turn = PumpTurn(nsqd)
 
     # --- publishing -------------------------------------------------------------------------
 
@@ -238,16 +254,16 @@ class Topic(Queued):
     def _write(self, msgs: list[Message]) -> None:
         """Messages to the DiskQueue, a deferred one's due time to the journal (first: a
         record is never there without its own)."""
-        records = encode_messages(msgs)
+        records, heads = disk_records(msgs)
         b = self.backend
         if any(map(defer_of, msgs)) and isinstance(b, DiskQueue):
             if self.dues is None:
                 self.dues = Ledger(b, False, log)
             try:
-                self.dues.wrote(msgs, b.next_positions(map(len, records)), time.time_ns())
+                self.dues.wrote(msgs, b.next_positions(record_sizes(records, heads)), time.time_ns())
             except OSError as e:
                 raise DiskQueueWriteError(str(e), 0) from e
-        b.put_many(records)
+        b.put_many(records, None, heads)
 
     def _distribute(self, msgs: list[Message], done: dict[str, int] | None = None) -> None:
         """Give every channel its copy; the first write failure is raised.
@@ -255,17 +271,22 @@ class Topic(Queued):
         ``done`` (a failed backlog move being retried) says how many leading messages each
         channel already took: it skips those, and on failure the dict is updated.
         """
+        chans = list(self.channels.values())
+        deferred = any(map(defer_of, msgs))
+        shared = len(chans) > 1 and not deferred
+        if shared:  # one object per message, queued by every channel (copied as it is sent)
+            share_messages(msgs)
         first = True
-        for ch in list(self.channels.values()):
+        for ch in chans:
             skip = done.get(ch.name, 0) if done is not None else 0
             part = msgs[skip:] if skip else msgs
             if not part:
                 continue
-            if not first:
+            if not first and not shared:
                 part = copy_messages(part)
             first = False
             try:
-                ch.put_messages(part)
+                ch.put_messages(part, deferred)
             except DiskQueueWriteError as e:
                 if done is not None:
                     done[ch.name] = skip + e.written
@@ -312,12 +333,17 @@ class Topic(Queued):
     def _flow_held(self, msgs: list[Message]) -> None:
         """The messages held in memory to every channel; what a channel's full disk refuses
         stays in its memory (it was only in memory before)."""
+        chans = list(self.channels.values())
+        deferred = any(map(defer_of, msgs))
+        shared = len(chans) > 1 and not deferred
+        if shared:
+            share_messages(msgs)
         first = True
-        for ch in list(self.channels.values()):
-            part = msgs if first else copy_messages(msgs)
+        for ch in chans:
+            part = msgs if first or shared else copy_messages(msgs)
             first = False
             try:
-                ch.put_messages(part)
+                ch.put_messages(part, deferred)
             except DiskQueueWriteError as e:
                 log.error(
                     "TOPIC(%s): CHANNEL(%s) kept %d message(s) in memory - %s",
@@ -335,12 +361,26 @@ class Topic(Queued):
         b = self.backend
         if self.exiting or self.paused or self.starting or not self.channels or not b.depth:
             return
+        # large records come in two pieces, their bodies read straight into their own bytes
+        tails = Tails(MESSAGE_BODY_OFFSET)
         try:
             if self.dues is None:
-                b.read_into(DRAIN_CHUNK, self._move_chunk)
+                b.read_into(
+                    DRAIN_CHUNK,
+                    lambda records: self._move_chunk(records, None, tails),
+                    None,
+                    DRAIN_BYTES,
+                    tails,
+                )
             else:
                 positions: list[int] = []
-                b.read_into(DRAIN_CHUNK, lambda records: self._move_chunk(records, positions), positions)
+                b.read_into(
+                    DRAIN_CHUNK,
+                    lambda records: self._move_chunk(records, positions, tails),
+                    positions,
+                    DRAIN_BYTES,
+                    tails,
+                )
         except DiskQueueError as e:
             log.error(
                 "TOPIC(%s): failed to move messages to its channels - %s (retrying in %gs)",
@@ -358,7 +398,9 @@ class Topic(Queued):
             self._draining = True
             self.nsqd.loop.call_soon(self._drain_backend)
 
-    def _move_chunk(self, records: list[bytes], positions: list[int] | None = None) -> None:
+    def _move_chunk(self, records: list[bytes], positions: list[int] | None, tails: Tails) -> None:
+        """Give every channel the chunk read (``records``, large ones in two pieces: see
+        :class:`Tails`), at the ``positions`` read when the topic has DPUB due times."""
         b = self.backend
         at = b.read_position
         if self._drain_at != at:
@@ -381,14 +423,18 @@ class Topic(Queued):
         ):
             # no need to decode what goes back to disk as is
             skip = done.get(only.name, 0)
+            parts, heads = joined_pieces(records, tails)
             try:
-                only.put_records(records[skip:] if skip else records)
+                if skip:
+                    only.put_records(parts[skip:], None if heads is None else heads[skip:])
+                else:
+                    only.put_records(parts, heads)
             except DiskQueueWriteError as e:
                 done[only.name] = skip + e.written
                 raise
             done[only.name] = len(records)
         else:
-            msgs = decode_records(records, f"TOPIC({self.name})")
+            msgs = decode_split(records, tails, f"TOPIC({self.name})")
             if len(msgs) != len(records):
                 done.clear()  # cannot happen (the DiskQueue checks sizes); stay safe
             elif delays is not None:

@@ -16,8 +16,6 @@ import logging
 import socket
 from typing import TYPE_CHECKING, Any
 
-from aiohttp import web
-
 from .. import NSQ_VERSION
 from ..httpapi import (
     ADMIN,
@@ -25,6 +23,8 @@ from ..httpapi import (
     PLAIN,
     HTTPError,
     Params,
+    Request,
+    Response,
     Router,
     get_param,
     req_params,
@@ -74,25 +74,26 @@ class HTTPServer:
         self._metrics: Any = None
         Pprof("nsqlookupd").install(self.router, "/debug/pprof", access=ADMIN)
 
-    async def dispatch(self, request: web.Request) -> web.StreamResponse:
-        return await self.router.dispatch(request)
+    async def dispatch(self, request: Request) -> Response:
+        response: Response = await self.router.dispatch(request)
+        return response
 
     # --- queries ------------------------------------------------------------------------
 
-    async def ping(self, request: web.Request, params: Params) -> Any:
+    async def ping(self, request: Request, params: Params) -> Any:
         return "OK"
 
-    async def info(self, request: web.Request, params: Params) -> Any:
+    async def info(self, request: Request, params: Params) -> Any:
         return {"version": NSQ_VERSION}
 
-    async def topics(self, request: web.Request, params: Params) -> Any:
+    async def topics(self, request: Request, params: Params) -> Any:
         return {"topics": self.db.topics()}
 
-    async def channels(self, request: web.Request, params: Params) -> Any:
+    async def channels(self, request: Request, params: Params) -> Any:
         topic = _topic(req_params(request))
         return {"channels": self.db.channels(topic)}
 
-    async def lookup(self, request: web.Request, params: Params) -> Any:
+    async def lookup(self, request: Request, params: Params) -> Any:
         topic = _topic(req_params(request))
         opts = self.lookupd.options
         found = self.db.lookup(
@@ -103,26 +104,26 @@ class HTTPServer:
         channels, producers = found
         return {"channels": channels, "producers": [p.to_json() for p in producers]}
 
-    async def nodes(self, request: web.Request, params: Params) -> Any:
+    async def nodes(self, request: Request, params: Params) -> Any:
         opts = self.lookupd.options
         nodes = self.db.nodes(opts.inactive_producer_timeout, opts.tombstone_lifetime, self.lookupd.now_ns())
         return {"producers": nodes}
 
-    async def debug(self, request: web.Request, params: Params) -> Any:
+    async def debug(self, request: Request, params: Params) -> Any:
         return self.db.debug()
 
-    async def metrics(self, request: web.Request, params: Params) -> Any:
+    async def metrics(self, request: Request, params: Params) -> Any:
         """Prometheus metrics (an nsqpy addition; see :mod:`nsqpy.metrics`)."""
         from ..metrics import lookupd_registry, render
 
         if self._metrics is None:
             self._metrics = lookupd_registry(self.lookupd)
         body, content_type = render(self._metrics, request.headers.get("Accept", ""))
-        return web.Response(body=body, headers={"Content-Type": content_type})
+        return Response(200, body, {"Content-Type": content_type})
 
     # --- changes ------------------------------------------------------------------------
 
-    async def topic_create(self, request: web.Request, params: Params) -> Any:
+    async def topic_create(self, request: Request, params: Params) -> Any:
         topic = _topic(req_params(request))
         if not is_valid_topic_name(topic):
             raise HTTPError(400, "INVALID_ARG_TOPIC")
@@ -130,7 +131,7 @@ class HTTPServer:
         self.db.create_topic(topic)
         return None
 
-    async def topic_delete(self, request: web.Request, params: Params) -> Any:
+    async def topic_delete(self, request: Request, params: Params) -> Any:
         topic = _topic(req_params(request))
         for r in self.db.delete_topic(topic):
             if r.category == "channel":
@@ -139,21 +140,21 @@ class HTTPServer:
                 log.info("DB: removing topic(%s)", topic)
         return None
 
-    async def channel_create(self, request: web.Request, params: Params) -> Any:
+    async def channel_create(self, request: Request, params: Params) -> Any:
         topic, channel = topic_channel_args(req_params(request))
         log.info("DB: adding channel(%s) in topic(%s)", channel, topic)
         log.info("DB: adding topic(%s)", topic)
         self.db.create_channel(topic, channel)
         return None
 
-    async def channel_delete(self, request: web.Request, params: Params) -> Any:
+    async def channel_delete(self, request: Request, params: Params) -> Any:
         topic, channel = topic_channel_args(req_params(request))
         if not self.db.delete_channel(topic, channel):
             raise HTTPError(404, "CHANNEL_NOT_FOUND")
         log.info("DB: removing channel(%s) from topic(%s)", channel, topic)
         return None
 
-    async def topic_tombstone(self, request: web.Request, params: Params) -> Any:
+    async def topic_tombstone(self, request: Request, params: Params) -> Any:
         values = req_params(request)
         topic = _topic(values)
         node = get_param(values, "node")
@@ -164,6 +165,6 @@ class HTTPServer:
         return None
 
 
-async def start_http(lookupd: NSQLookupd, sock: socket.socket) -> web.AppRunner:
+async def start_http(lookupd: NSQLookupd, sock: socket.socket) -> Any:
     """Serve nsqlookupd's HTTP API on an already-bound listening socket."""
     return await serve(HTTPServer(lookupd).dispatch, sock)

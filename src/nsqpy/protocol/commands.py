@@ -32,9 +32,20 @@ MAX_LINE_LENGTH = 16 * 1024
 #: :class:`ProtocolError` to reject the command before its body is buffered.
 Validator = Callable[[bytes, list[bytes], "int | None"], None]
 
-Command = tuple[bytes, list[bytes], "bytes | None"]
+#: a command's body: bytes, but an MPUB body received in place
+#: (:meth:`CommandParser.get_buffer`) is the bytearray it was received into
+Body = bytes | bytearray | None
+#: (name, params, body)
+Command = tuple[bytes, list[bytes], Body]
 
 _INT32 = struct.Struct(">i")
+#: a body this long is copied out of the buffer through a memoryview
+_COPY_ONCE = 1 << 12
+#: a body this long, not yet received whole, is received into a buffer of its own, in
+#: place (:meth:`CommandParser.get_buffer`)
+RECEIVE_IN_PLACE = 1 << 16
+#: the size of the buffer other bytes are received into before they join the parser's
+_RECEIVE_CHUNK = 1 << 18
 
 
 class LineTooLong(ProtocolError):
@@ -45,10 +56,25 @@ class LineTooLong(ProtocolError):
         super().__init__("E_INVALID", "command line too long")
 
 
-class CommandParser:
-    """Incremental parser: ``feed(data)`` then call ``next(validate)`` until it returns None."""
+_scratch: list[memoryview] = []
 
-    __slots__ = ("_buf", "_pending_name", "_pending_params", "_pending_size", "_pos")
+
+def receive_scratch() -> memoryview:
+    """A buffer to receive into whose bytes are copied elsewhere at once (one per process:
+    the event loop thread receives for one connection at a time)."""
+    if not _scratch:
+        _scratch.append(memoryview(bytearray(_RECEIVE_CHUNK)))
+    return _scratch[0]
+
+
+class CommandParser:
+    """Incremental parser: ``feed(data)`` then call ``next(validate)`` until it returns None.
+
+    Or, under an ``asyncio.BufferedProtocol``: receive into :meth:`get_buffer`, then call
+    :meth:`received`. A large body is then received straight into a buffer of its own (no
+    copy on the way: an MPUB's messages are cut from it as they are)."""
+
+    __slots__ = ("_body", "_body_len", "_buf", "_pending_name", "_pending_params", "_pending_size", "_pos")
 
     def __init__(self) -> None:
         self._buf = bytearray()
@@ -56,17 +82,57 @@ class CommandParser:
         self._pending_name: bytes | None = None
         self._pending_params: list[bytes] = []
         self._pending_size = -1
+        #: the pending body being received in place, and how much of it has arrived
+        self._body: bytearray | None = None
+        self._body_len = 0
 
-    def feed(self, data: bytes) -> None:
+    def feed(self, data: bytes | bytearray | memoryview) -> None:
+        body = self._body
+        if body is not None:
+            take = min(len(data), len(body) - self._body_len)
+            body[self._body_len : self._body_len + take] = data[:take]
+            self._body_len += take
+            data = data[take:]
+            if not data:
+                return
         if self._pos:
             del self._buf[: self._pos]
             self._pos = 0
         self._buf += data
 
+    def get_buffer(self) -> memoryview:
+        """Where the next bytes received should go (``BufferedProtocol.get_buffer``): the
+        rest of a body of RECEIVE_IN_PLACE bytes or more being waited for, in a bytearray of
+        its exact size (what was buffered of it moves there), or else a scratch buffer.
+        Call :meth:`received` with the count of bytes written there."""
+        size = self._pending_size
+        if size >= RECEIVE_IN_PLACE and self._pending_name is not None:
+            body = self._body
+            if body is None:
+                buf = self._buf
+                have = len(buf) - self._pos
+                if have < size:
+                    body = self._body = bytearray(size)
+                    if have:
+                        body[:have] = memoryview(buf)[self._pos :]
+                    self._body_len = have
+                    self._buf = bytearray()
+                    self._pos = 0
+            if body is not None:
+                return memoryview(body)[self._body_len :]
+        return receive_scratch()
+
+    def received(self, n: int) -> None:
+        """``n`` bytes were written into the buffer :meth:`get_buffer` gave."""
+        if self._body is not None:
+            self._body_len += n
+        else:
+            self.feed(receive_scratch()[:n])
+
     @property
     def buffered(self) -> int:
         """Bytes received but not yet consumed."""
-        return len(self._buf) - self._pos
+        return len(self._buf) - self._pos + self._body_len
 
     def take_buffered(self) -> bytes:
         """Remove and return the bytes received but not consumed (a connection upgrade: they
@@ -119,6 +185,17 @@ class CommandParser:
             self._pending_params = params
             self._pending_size = -1
         size = self._pending_size
+        received = self._body
+        if received is not None:  # a body received in place (get_buffer)
+            if self._body_len < size:
+                return None
+            self._body = None
+            self._body_len = 0
+            params = self._pending_params
+            self._pending_name = None
+            self._pending_params = []
+            self._pending_size = -1
+            return name, params, received if name == b"MPUB" else bytes(received)
         if size < 0:
             if len(buf) - pos < 4:
                 return None
@@ -131,7 +208,11 @@ class CommandParser:
             self._pending_size = size
         if len(buf) - pos < size:
             return None
-        body = bytes(buf[pos : pos + size])
+        if size < _COPY_ONCE:
+            body = bytes(buf[pos : pos + size])
+        else:
+            with memoryview(buf) as view:  # one copy (a bytearray slice would be a second)
+                body = view[pos : pos + size].tobytes()
         self._pos = pos + size
         params = self._pending_params
         self._pending_name = None
@@ -183,12 +264,15 @@ _FIN_LINE = 4 + MSG_ID_LENGTH
 fin_run = _c_fin_run if compiled else fin_run_py
 
 
-def decode_mpub(body: bytes, max_msg_size: int, max_body_size: int) -> list[bytes]:
-    """Split an MPUB body ``[int32 num]([int32 size][bytes])*`` with NSQ's checks and errors."""
+def decode_mpub(body: bytes | bytearray, max_msg_size: int, max_body_size: int) -> list[bytes]:
+    """Split an MPUB body ``[int32 num]([int32 size][bytes])*`` with NSQ's checks and errors
+    (each message body copied out of it once)."""
     if compiled:
         out = _c_decode_mpub(body, max_msg_size, max_body_size)
         if out is not None:
             return out
+    if not isinstance(body, bytes):
+        body = bytes(body)  # the reference's slices must be bytes
     return decode_mpub_py(body, max_msg_size, max_body_size)
 
 
