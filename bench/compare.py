@@ -7,7 +7,9 @@ phase the median of each daemon, the ratio to the first one and the host's 1-min
 average before each run: msgs/s with nsqd's CPU (PUB, SUB, and DLV, the deliveries summed
 over a fan-out's channels), p99 for the latency phase, the publisher's MPUB round trip
 p50/p99 (RTT, fan-out), bytes per queued channel copy (MEM) and nsqd's CPU-seconds per 1M
-messages published and consumed (CPU). A daemon is ``LABEL=CMD``:
+messages published and consumed (CPU). ``--bench rss`` and ``--bench large`` run
+bench_rss.py (memory in real use) and bench_large.py (1 MiB messages) the same way instead.
+A daemon is ``LABEL=CMD``:
 CMD is anything run.py takes as --nsqd-bin (an executable taking nsqd's flags); an
 environment assignment may come first (``pure=NSQPY_PURE_PYTHON=1 .venv/bin/nsqd``, run
 through ``env``).
@@ -113,6 +115,24 @@ def med_of(vals: list[dict], key: str) -> float | None:
     return statistics.median(xs) if xs else None
 
 
+def delegate(args: argparse.Namespace) -> int:
+    """``--bench rss|large``: the script that measures those rows, given the same daemons
+    (alternating, ``--rounds`` of each, medians and ratios in its own table)."""
+    script = {"rss": "bench_rss.py", "large": "bench_large.py"}[args.bench]
+    cmd = [sys.executable, str(BENCH / script), "--rounds", str(args.rounds)]
+    for spec in args.daemon:
+        cmd += ["--daemon", spec]
+    if args.bench == "large":
+        cmd += ["--pause", str(args.pause)]
+        if args.quiet_below:
+            cmd += ["--quiet-below", str(args.quiet_below), "--quiet-wait", str(args.quiet_wait)]
+    if args.json:
+        cmd.append("--json")
+    cmd += args.run_args
+    print("# " + shlex.join(cmd), flush=True)
+    return subprocess.run(cmd).returncode
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="bench/compare.py", description=__doc__.splitlines()[0])
     p.add_argument(
@@ -136,8 +156,18 @@ def main(argv: list[str] | None = None) -> int:
         "--quiet-wait", type=float, default=300.0, help="longest wait for --quiet-below, in seconds"
     )
     p.add_argument("--json", action="store_true", help="print the results as one JSON line too")
+    p.add_argument(
+        "--bench",
+        choices=("run", "rss", "large"),
+        default="run",
+        help="run: run.py's rows (default); rss: bench_rss.py (memory in real use); large: "
+        "bench_large.py (1 MiB messages with NSQ's bench_writer/bench_reader) - the same "
+        "daemons, rounds and alternation, the arguments after -- going to that script",
+    )
     p.add_argument("run_args", nargs="*", help="arguments for run.py (after --)")
     args = p.parse_args(argv)
+    if args.bench != "run":
+        return delegate(args)
     workdir = Path(tempfile.mkdtemp(prefix="nsqcompare-"))
     daemons: list[tuple[str, str]] = []
     for spec in args.daemon:
