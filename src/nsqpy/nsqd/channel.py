@@ -63,7 +63,9 @@ PUMP_ROUNDS = 16
 #: Messages a topic's channels send in one event-loop turn: a pump that finds them spent
 #: waits for the next turn (after the sockets: publishers, FINs), so a turn of a topic with
 #: many channels stays short. A pump that starts sends all its clients are ready for.
-PUMP_TURN = 8192
+#: 4096 (bench/README.md, issue 31): at 20 and 100 channels the publisher's p99 MPUB round
+#: trip ~4 ms with 1.6-2.9x Go's deliveries; 8192 delivered more with a p99 near 7 ms.
+PUMP_TURN = 4096
 #: a message's DPUB delay (0 for none)
 defer_of = operator.attrgetter("defer")
 _body_of = operator.attrgetter("body")
