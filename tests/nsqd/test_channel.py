@@ -220,3 +220,39 @@ async def test_the_scan_times_out_one_busy_consumer_among_idle_ones(nsqd):
     assert all(c.id not in ch.timed for c in idle)
     ch.remove_client(busy)
     assert busy.id not in ch.timed
+
+
+async def test_a_topics_channels_share_a_budget_per_loop_turn(tmp_path):
+    """Many channels ready for a backlog send at most PUMP_TURN (plus the pump that crossed
+    it) in one event-loop turn, so a publisher's command on the same loop is not kept waiting
+    behind every channel's delivery; every channel still gets every message once, as a copy of
+    its own (attempts, deadline and client are per channel)."""
+    import asyncio
+
+    from nsqpy.nsqd.channel import PUMP_TURN
+
+    async with NSQD(make_options(tmp_path, mem_queue_size=100_000)) as d:
+        topic = d.get_topic("t")
+        chans = [topic.get_channel(f"c{i}") for i in range(4)]
+        cons = [FakeConsumer(rdy=0) for _ in chans]
+        for ch, c in zip(chans, cons, strict=True):
+            assert ch.add_client(c)
+        per = PUMP_TURN * 3 // 4
+        topic.put_bodies([b"m%d" % i for i in range(per)])
+        for ch, c in zip(chans, cons, strict=True):
+            c.ready_count = per
+            ch.schedule_pump()
+
+        def total() -> int:
+            return sum(len(c.received) for c in cons)
+
+        sent_per_turn = []
+        while total() < per * len(chans):
+            before = total()
+            await asyncio.sleep(0)  # one turn of the loop
+            sent_per_turn.append(total() - before)
+        assert max(sent_per_turn) <= PUMP_TURN + per < per * len(chans)
+        ids = [m.id for m in cons[0].received]
+        assert all([m.id for m in c.received] == ids for c in cons)
+        assert len({id(m) for c in cons for m in c.received}) == per * len(chans)
+        assert all(m.attempts == 1 for c in cons for m in c.received)
