@@ -115,6 +115,17 @@ def _split_text_mpub(data: bytes, limit: int, max_msg_size: int) -> list[bytes]:
     return out
 
 
+def topic_name(values: dict[str, list[str]]) -> str:
+    """The ``topic`` parameter, checked as Go's handlers do: 400 ``MISSING_ARG_TOPIC``, 400
+    ``INVALID_TOPIC``."""
+    name = get_param(values, "topic")
+    if name is None:
+        raise HTTPError(400, "MISSING_ARG_TOPIC")
+    if not is_valid_topic_name(name):
+        raise HTTPError(400, "INVALID_TOPIC")
+    return name
+
+
 # --- the server -------------------------------------------------------------------------------
 
 
@@ -215,12 +226,7 @@ class HTTPServer:
     def _topic_from_query(self, request: Request) -> tuple[dict[str, list[str]], Topic]:
         """Go's ``getTopicFromQuery``: validates ``topic`` and gets (creates) the topic."""
         values = req_params(request)
-        name = get_param(values, "topic")
-        if name is None:
-            raise HTTPError(400, "MISSING_ARG_TOPIC")
-        if not is_valid_topic_name(name):
-            raise HTTPError(400, "INVALID_TOPIC")
-        return values, self.nsqd.get_topic(name)
+        return values, self.nsqd.get_topic(topic_name(values))
 
     async def _put(self, topic: Topic, bodies: list[bytes], defer: float, conn: object = None) -> None:
         """Publish through the same path as TCP PUB/MPUB (including waiting for the fsync
@@ -375,11 +381,7 @@ class HTTPServer:
         return None
 
     async def topic_empty(self, request: Request, params: Params) -> Any:
-        name = get_param(req_params(request), "topic")
-        if name is None:
-            raise HTTPError(400, "MISSING_ARG_TOPIC")
-        if not is_valid_topic_name(name):
-            raise HTTPError(400, "INVALID_TOPIC")
+        name = topic_name(req_params(request))
         topic = self.nsqd.get_existing_topic(name)
         if topic is None:
             raise HTTPError(404, "TOPIC_NOT_FOUND")
@@ -513,11 +515,7 @@ class HTTPServer:
 
     async def topic_peek(self, request: Request, params: Params) -> Any:
         values = req_params(request)
-        name = get_param(values, "topic")
-        if name is None:
-            raise HTTPError(400, "MISSING_ARG_TOPIC")
-        if not is_valid_topic_name(name):
-            raise HTTPError(400, "INVALID_TOPIC")
+        name = topic_name(values)
         n = self._count(values, peek.DEFAULT_PEEK, peek.MAX_PEEK)
         topic = self.nsqd.get_existing_topic(name)
         if topic is None:
@@ -560,11 +558,7 @@ class HTTPServer:
 
     async def topic_redrive(self, request: Request, params: Params) -> Any:
         values = req_params(request)
-        name = get_param(values, "topic")
-        if name is None:
-            raise HTTPError(400, "MISSING_ARG_TOPIC")
-        if not is_valid_topic_name(name):
-            raise HTTPError(400, "INVALID_TOPIC")
+        name = topic_name(values)
         dest_name = get_param(values, "destination")
         if dest_name is None:
             raise HTTPError(400, "MISSING_ARG_DESTINATION")
