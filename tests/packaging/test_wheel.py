@@ -98,6 +98,8 @@ def test_the_archives_hold_the_package_data_and_the_metadata(dist):
         "src/nsqpy/nsqadmin/static/index.html",
     ):
         assert needed in names, needed
+    # no build of the developer's own (scripts/setup.sh builds _hot in place) rides along
+    assert not [n for n in names if n.endswith(".so")]
     static = {n for n in names if n.startswith("src/nsqpy/nsqadmin/static/")}
     in_tree = {
         str(p.relative_to(ROOT)) for p in (ROOT / "src/nsqpy/nsqadmin/static").rglob("*") if p.is_file()
