@@ -17,6 +17,7 @@ DIRECTORY_MARKERS = {
     "browser": "browser",
     "reliability": "reliability",
     "fuzz": "fuzz",
+    "packaging": "packaging",
 }
 
 _TESTS = Path(__file__).parent

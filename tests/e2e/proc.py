@@ -21,7 +21,7 @@ import sys
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 
 #: The virtualenv's bin directory, where the console scripts live.
@@ -30,11 +30,11 @@ BIN_DIR = Path(sys.executable).parent
 _ADDRESS_RE = re.compile(r"^(?P<app>[\w-]+) (?P<kind>[A-Z]+) address: (?P<addr>\S+)\s*$")
 
 
-def script(name: str) -> str:
-    """Absolute path of a console script installed next to this Python."""
-    path = BIN_DIR / name
+def script(name: str, bin_dir: Path = BIN_DIR) -> str:
+    """Absolute path of a console script installed in ``bin_dir`` (next to this Python)."""
+    path = bin_dir / name
     if not path.exists():
-        raise FileNotFoundError(f"console script {name!r} not found in {BIN_DIR}")
+        raise FileNotFoundError(f"console script {name!r} not found in {bin_dir}")
     return str(path)
 
 
@@ -58,11 +58,21 @@ def run_script(
 
 
 class DaemonProcess:
-    """One daemon started from its console script; output captured to files in ``log_dir``."""
+    """One daemon started from its console script; output captured to files in ``log_dir``.
+    ``bin_dir`` and ``env`` run another installation's script (tests/packaging's venvs)."""
 
-    def __init__(self, name: str, args: Sequence[str], log_dir: Path, cwd: str | None = None) -> None:
+    def __init__(
+        self,
+        name: str,
+        args: Sequence[str],
+        log_dir: Path,
+        cwd: str | None = None,
+        bin_dir: Path = BIN_DIR,
+        env: Mapping[str, str] | None = None,
+    ) -> None:
         self.name = name
-        self.args = [script(name), *args]
+        self.args = [script(name, bin_dir), *args]
+        self.env = env
         self.log_dir = Path(log_dir)
         self.log_dir.mkdir(parents=True, exist_ok=True)
         self.stdout_path = self.log_dir / f"{name}.stdout"
@@ -77,7 +87,7 @@ class DaemonProcess:
     def start(self) -> DaemonProcess:
         with open(self.stdout_path, "wb") as out, open(self.stderr_path, "wb") as err:
             self.proc = subprocess.Popen(
-                self.args, stdin=subprocess.DEVNULL, stdout=out, stderr=err, cwd=self.cwd
+                self.args, stdin=subprocess.DEVNULL, stdout=out, stderr=err, cwd=self.cwd, env=self.env
             )
         return self
 

@@ -2,19 +2,13 @@
 
 ``register(spark)`` makes ``spark.readStream.format("nsq")``, ``df.write.format("nsq")``
 and ``df.writeStream.format("nsq")`` available (``make_session`` calls it). Needs the
-``spark`` extra (pyspark, pyarrow).
+``spark`` extra (pyspark, pyarrow); without it this package still imports (``nsq_spark
+--help`` works), and ``NsqDataSource`` and ``register`` raise an ImportError saying so.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from typing import Any
-
-try:
-    from pyspark.sql.datasource import DataSource, DataSourceReader
-    from pyspark.sql.types import StructType
-except ImportError as exc:  # pragma: no cover - depends on the install
-    raise ImportError("nsqpy.spark needs pyspark: pip install 'nsqpy[spark]'") from exc
 
 #: The rows the ``nsq`` source produces (DDL). ``id`` is the 16-character message id,
 #: ``timestamp`` nsqd's message timestamp, ``nsqd_address`` the ``host:port`` it came from.
@@ -26,52 +20,17 @@ SOURCE_COLUMNS = ("id", "timestamp", "attempts", "body", "topic", "channel", "ns
 
 __all__ = ["SOURCE_COLUMNS", "SOURCE_SCHEMA", "NsqDataSource", "register"]
 
-
-class NsqDataSource(DataSource):
-    """The ``nsq`` format. Read options: topic, channel, nsqlookupdHttpAddresses or
-    nsqdTcpAddresses, spoolPath, maxRecordsPerBatch, maxInFlight, msgTimeoutMs,
-    maxSpoolRows, numPartitions, batchFillWaitMs (see :mod:`nsqpy.spark.source`). Write options: topic,
-    nsqdTcpAddresses, maxMsgSize, maxBodySize (see :mod:`nsqpy.spark.sink`). Both take the
-    connection options of :mod:`nsqpy.spark.connopts` (tls, tlsRootCaFile, tlsCert, tlsKey,
-    tlsInsecureSkipVerify, tlsMinVersion, snappy, deflate, deflateLevel, authSecret,
-    heartbeatIntervalMs, outputBufferSize, outputBufferTimeoutMs, userAgent, dialTimeoutMs;
-    sampleRate for reading)."""
-
-    @classmethod
-    def name(cls) -> str:
-        return "nsq"
-
-    def schema(self) -> str:
-        return SOURCE_SCHEMA
-
-    def reader(self, schema: StructType) -> DataSourceReader:
-        raise ValueError(
-            "nsq: batch reads are not supported; read a topic with spark.readStream.format('nsq') "
-            "(trigger(availableNow=True) drains what is there and stops)"
-        )
-
-    def streamReader(self, schema: StructType) -> Any:
-        from .source import NsqStreamReader
-
-        if tuple(schema.fieldNames()) != SOURCE_COLUMNS:
-            raise ValueError(f"nsq source: the schema is fixed ({SOURCE_SCHEMA}); do not set one")
-        return NsqStreamReader(_options(self.options))
-
-    def writer(self, schema: StructType, overwrite: bool) -> Any:
-        from .sink import NsqBatchWriter
-
-        return NsqBatchWriter(_options(self.options), schema)
-
-    def streamWriter(self, schema: StructType, overwrite: bool) -> Any:
-        from .sink import NsqStreamWriter
-
-        return NsqStreamWriter(_options(self.options), schema)
+try:
+    from .datasource import NsqDataSource, register
+except ImportError as exc:  # pragma: no cover - depends on the install
+    if not (exc.name or "").startswith(("pyspark", "pyarrow", "py4j")):
+        raise
+    _missing: ImportError | None = exc
+else:
+    _missing = None
 
 
-def _options(options: Mapping[str, Any]) -> dict[str, str]:
-    return {str(k).lower(): str(v) for k, v in options.items() if v is not None}
-
-
-def register(spark: Any) -> None:
-    """Register the ``nsq`` format with ``spark`` (a SparkSession)."""
-    spark.dataSource.register(NsqDataSource)
+def __getattr__(name: str) -> Any:
+    if name in ("NsqDataSource", "register") and _missing is not None:
+        raise ImportError("nsqpy.spark needs pyspark: pip install 'nsqpy[spark]'") from _missing
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -61,6 +61,7 @@ PRELOAD = (
     "pyarrow.compute",
     "pyarrow.ipc",
     "nsqpy.spark",
+    "nsqpy.spark.datasource",
     "nsqpy.spark.source",
     "nsqpy.spark.consumer",
     "nsqpy.spark.sink",

@@ -50,7 +50,14 @@ def main(argv: list[str] | None = None) -> int:
         return 1
     daemon.setup_logging(f"[{PROGRAM}] ", opts.log_level)
     logging.getLogger("py4j").setLevel(logging.WARNING)
-    from .runner import run, short_error
+    try:
+        from .runner import run, short_error
+    except ImportError as exc:
+        if not (exc.name or "").startswith(("pyspark", "pyarrow", "py4j")):
+            raise
+        # --help and --version above work without them
+        print(f"{PROGRAM}: the jobs need pyspark: pip install 'nsqpy[spark]' ({exc})", file=sys.stderr)
+        return 1
 
     try:
         return run(opts)
