@@ -147,6 +147,16 @@ def test_topic_settings_and_a_node_without_the_channel(browser, env):
     env.nsqd_post(1, "/topic/create?topic=audit")
     env.nsqd_post(0, "/channel/create?topic=audit&channel=only0")
     env.registered("audit", 2)
+    # nsqd 1 creates the channels nsqlookupd knows of when it creates the topic (as Go's
+    # does): if its query came after nsqd 0 registered only0, it has the channel too
+    wait_until(
+        lambda: "only0" in env.lookupd_get("/channels?topic=audit")["channels"],
+        what="only0 in nsqlookupd",
+    )
+    if env.channel_stats(1, "audit", "only0") is not None:
+        url = f"http://{env.nsqd_http(1)}/channel/delete?topic=audit&channel=only0"
+        status, text = http("POST", url, b"")
+        assert status in (200, 404), text
     n0, n1 = env.nsqd_http(0), env.nsqd_http(1)
 
     page = open_page(browser, env, "/topics/audit")

@@ -41,6 +41,7 @@ class AdminProcess(DaemonProcess):
         self.stdout_path = self.log_dir / "nsqadmin.stdout"
         self.stderr_path = self.log_dir / "nsqadmin.stderr"
         self.cwd = None
+        self.env = None
         self.proc = None
         self.addresses = {}
 
