@@ -47,6 +47,7 @@ BENCH = Path(__file__).resolve().parent
 sys.path.insert(0, str(BENCH))
 
 import nsqbench as nb  # noqa: E402
+from compare import wait_quiet  # noqa: E402
 from run import Daemon, proc_cpu_seconds, proc_peak_rss_mb  # noqa: E402
 
 GO_BIN = Path("/tmp/gonsq/bin")
@@ -92,29 +93,6 @@ def channel_depth(http_addr: str, topic: str, channel: str) -> int | None:
                 if c.get("channel_name") == channel:
                     return int(c.get("depth", 0)) + int(c.get("in_flight_count", 0))
     return None
-
-
-def cpu_busy(seconds: float = 1.0) -> float:
-    """The share of the machine's CPU time in use over ``seconds`` (from /proc/stat)."""
-
-    def sample() -> tuple[int, int]:
-        fields = [int(x) for x in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]]
-        return fields[3] + fields[4], sum(fields[:8])
-
-    i0, t0 = sample()
-    time.sleep(seconds)
-    i1, t1 = sample()
-    return 1.0 - (i1 - i0) / max(t1 - t0, 1)
-
-
-def wait_quiet(limit: float, patience: float) -> float:
-    """Wait (up to ``patience`` seconds) until the machine is less than ``limit`` busy."""
-    deadline = time.monotonic() + patience
-    busy = cpu_busy()
-    while busy > limit and time.monotonic() < deadline:
-        time.sleep(2.0)
-        busy = cpu_busy()
-    return busy
 
 
 def one_run(args: argparse.Namespace, nsqd_bin: str, mem: int, workdir: Path) -> dict[str, object]:
